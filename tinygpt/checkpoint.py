@@ -1,0 +1,65 @@
+"""Checkpoints: everything needed to sample from a model or resume its training.
+
+A checkpoint holds the model weights (never the ``torch.compile`` wrapper), the
+optimizer and gradient-scaler state, the step, the model and training configs, the
+tokenizer (inline, so a checkpoint file is self-contained), the best validation
+loss so far and the RNG states (batch sampler, CPU, CUDA).
+
+Files are written to a temporary name and renamed into place, so a crash while
+writing never leaves a half-written checkpoint under the real name.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from .model import GPT, GPTConfig
+from .tokenizer import Tokenizer
+
+CHECKPOINT_VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that is missing, corrupt or of another version."""
+
+
+def save_checkpoint(path: Path, state: dict) -> None:
+    """Write atomically: a temporary file in the same folder, fsync, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        torch.save({"version": CHECKPOINT_VERSION, **state}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as exc:  # torch raises many kinds for a damaged file
+        raise CheckpointError(f"{path} is not a readable checkpoint ({type(exc).__name__}: {exc})") from None
+    if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
+        raise CheckpointError(f"{path} is not a tinygpt checkpoint of version {CHECKPOINT_VERSION}")
+    return state
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[GPT, Tokenizer, dict]:
+    """Rebuild the model (in eval mode, on ``device``) and tokenizer stored in a checkpoint.
+
+    >>> model, tokenizer, state = load_model("runs/holmes/best.pt")  # doctest: +SKIP
+    >>> state["step"], state["best_val_loss"]  # doctest: +SKIP
+    (1250, 3.86)
+    """
+    state = read_checkpoint(path)
+    model = GPT(GPTConfig.from_dict(state["model_config"]))
+    model.load_state_dict(state["model"])
+    model.to(device).eval()
+    tokenizer = Tokenizer.from_dict(state["tokenizer"], source=f"tokenizer in {path}")
+    return model, tokenizer, state

@@ -1,0 +1,263 @@
+"""The ``tinygpt`` command.
+
+    tinygpt info --preset holmes
+    tinygpt tokenizer train --corpus holmes.txt --vocab-size 4096 --out tok.json
+    tinygpt train --preset tiny --steps 200 --out runs/tiny
+    tinygpt sample runs/tiny/best.pt --prompt Holmes --max-tokens 100
+    tinygpt neighbors runs/tiny/best.pt " Holmes"
+    tinygpt data holmes --out holmes.txt
+
+Errors in what the user typed or pointed at end in one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from .checkpoint import CheckpointError
+from .data import CorpusError
+from .gutenberg import DownloadError
+from .presets import ARCHS, PRESETS, UnknownPresetError
+from .tokenizer import TokenizerError
+
+EXPECTED_ERRORS = (ValueError, CorpusError, TokenizerError, CheckpointError, DownloadError, UnknownPresetError, OSError)
+
+
+class Paths:
+    """Where the CLI keeps things: read from the environment here and nowhere else in the library.
+
+    ``TINYGPT_HOME`` (default ``~/.tinygpt``) holds ``cache/`` and ``datasets/``;
+    ``TINYGPT_HOLMES_PATH``, when set, is the Holmes corpus to use instead of a download.
+    """
+
+    def __init__(self) -> None:
+        self.home = Path(os.environ.get("TINYGPT_HOME") or Path.home() / ".tinygpt").expanduser()
+        holmes = os.environ.get("TINYGPT_HOLMES_PATH")
+        self.holmes_override = Path(holmes).expanduser() if holmes else None
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.home / "cache"
+
+    def holmes_corpus(self) -> Path:
+        if self.holmes_override:
+            return self.holmes_override
+        return self.home / "datasets" / "holmes.txt"
+
+
+# -- argument types: one-line messages for bad values ---------------------------------
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def unit_float(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0.0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tinygpt", description="Train, sample and inspect tiny GPTs.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log more")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("info", help="presets, parameter breakdown, untrained loss, devices")
+    p.add_argument("--preset", choices=list(PRESETS), help="show one preset's breakdown and untrained loss")
+    p.add_argument("--arch", choices=list(ARCHS), help="architecture (default: the preset's)")
+
+    p = sub.add_parser("tokenizer", help="tokenizer commands")
+    tsub = p.add_subparsers(dest="tokenizer_command", required=True, metavar="ACTION")
+    t = tsub.add_parser("train", help="train a byte-level BPE tokenizer")
+    t.add_argument("--corpus", required=True, type=Path)
+    t.add_argument("--vocab-size", type=int, default=4096)
+    t.add_argument("--out", required=True, type=Path)
+
+    p = sub.add_parser("train", help="train a model")
+    p.add_argument("--preset", choices=list(PRESETS), default="holmes")
+    p.add_argument("--arch", choices=list(ARCHS))
+    p.add_argument("--corpus", type=Path, help="UTF-8 text file (default: the Holmes corpus)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N, mps or xla")
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+    p.add_argument("--steps", type=positive_int, default=1500)
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--lr", type=unit_float, default=1e-3)
+    p.add_argument("--warmup", type=non_negative_int, help="warmup steps (default min(200, steps/10))")
+    p.add_argument("--eval-every", type=positive_int, default=250)
+    p.add_argument("--log-every", type=positive_int, default=10)
+    p.add_argument("--grad-accum", type=positive_int, default=1)
+    p.add_argument("--grad-checkpointing", action="store_true")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--threads", type=non_negative_int, help="CPU threads (default: PyTorch's)")
+    p.add_argument("--dropout", type=non_negative_float, help="override the preset's dropout")
+    p.add_argument("--vocab-size", type=positive_int, help="override the preset's vocabulary (and tokenizer) size")
+    p.add_argument("--sample-prompt", default="Holmes")
+    p.add_argument("--sample-every", type=non_negative_int, default=0)
+    p.add_argument("--out", type=Path, required=True, help="run folder (metrics.csv, best.pt, config.json)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    p.add_argument("--no-progress", action="store_true", help="print a line per evaluation instead of a bar")
+
+    p = sub.add_parser("sample", help="generate text from a checkpoint")
+    p.add_argument("checkpoint", type=Path)
+    p.add_argument("--prompt", default="Holmes")
+    p.add_argument("--max-tokens", type=non_negative_int, default=200)
+    p.add_argument("--temperature", type=non_negative_float, default=0.8)
+    p.add_argument("--top-k", type=positive_int)
+    p.add_argument("--top-p", type=unit_float)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--no-cache", action="store_true", help="recompute the whole window for every token")
+
+    p = sub.add_parser("neighbors", help="nearest tokens by embedding cosine similarity")
+    p.add_argument("checkpoint", type=Path)
+    p.add_argument("word", help='a single token, e.g. " Holmes" (with its leading space)')
+    p.add_argument("-k", type=positive_int, default=10)
+
+    p = sub.add_parser("data", help="download corpora")
+    dsub = p.add_subparsers(dest="dataset", required=True, metavar="DATASET")
+    d = dsub.add_parser("holmes", help="the nine Holmes books from Project Gutenberg")
+    d.add_argument("--out", type=Path, help="default: $TINYGPT_HOME/datasets/holmes.txt")
+    return parser
+
+
+# -- commands ------------------------------------------------------------------------------
+def cmd_info(args: argparse.Namespace, paths: Paths) -> int:
+    from .info import print_devices, print_preset_info, print_presets
+
+    if args.preset:
+        return print_preset_info(args.preset, args.arch)
+    print_presets()
+    print_devices()
+    return 0
+
+
+def cmd_tokenizer_train(args: argparse.Namespace, paths: Paths) -> int:
+    from .data import read_corpus
+    from .tokenizer import Tokenizer
+
+    if not 256 <= args.vocab_size <= 65536:
+        raise ValueError(f"--vocab-size must be in [256, 65536], got {args.vocab_size}")
+    text = read_corpus(args.corpus)
+    t0 = time.perf_counter()
+    tok = Tokenizer.train(text, args.vocab_size)
+    seconds = time.perf_counter() - t0
+    tok.save(args.out)
+    n = len(tok.encode(text))
+    print(f"trained {tok.vocab_size} ids in {seconds:.1f} s; corpus = {n:,} tokens "
+          f"({len(text.encode()) / n:.2f} bytes/token); saved {args.out}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace, paths: Paths) -> int:
+    from .progress import ProgressCallbacks
+    from .train import TrainConfig, Trainer
+
+    corpus = args.corpus or paths.holmes_corpus()
+    if not corpus.exists() and args.corpus is None:
+        raise CorpusError(f"no corpus at {corpus}; run `tinygpt data holmes` or pass --corpus PATH")
+    config = TrainConfig(
+        preset=args.preset, arch=args.arch, corpus=str(corpus), device=args.device, precision=args.precision,
+        steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup, eval_every=args.eval_every,
+        log_every=args.log_every, grad_accum=args.grad_accum, grad_checkpointing=args.grad_checkpointing,
+        compile=args.compile, seed=args.seed, threads=args.threads, dropout=args.dropout, vocab_size=args.vocab_size,
+        sample_prompt=args.sample_prompt, sample_every=args.sample_every,
+    )
+    callbacks = ProgressCallbacks(total_steps=args.steps, bar=not args.no_progress)
+    trainer = Trainer(config, args.out, callbacks=callbacks, cache_dir=paths.cache_dir, resume=args.resume)
+    try:
+        result = trainer.run()
+    finally:
+        callbacks.close()
+    best = f"{result.best_val_loss:.4f} at step {result.best_step}" if result.best_val_loss is not None else "n/a"
+    print(f"done: {result.steps_done} steps on {result.device} ({result.precision}); best val {best}; "
+          f"files in {result.out_dir}")
+    return 0
+
+
+def cmd_sample(args: argparse.Namespace, paths: Paths) -> int:
+    from .checkpoint import load_model
+    from .device import resolve_device
+    from .sample import stream_text
+
+    model, tokenizer, _ = load_model(args.checkpoint, resolve_device(args.device))
+    sys.stdout.write(args.prompt)
+    for piece in stream_text(
+        model, tokenizer, args.prompt, args.max_tokens, temperature=args.temperature, top_k=args.top_k,
+        top_p=args.top_p, seed=args.seed, use_cache=not args.no_cache,
+    ):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    return 0
+
+
+def cmd_neighbors(args: argparse.Namespace, paths: Paths) -> int:
+    from .checkpoint import load_model
+    from .sample import nearest_tokens
+
+    model, tokenizer, _ = load_model(args.checkpoint)
+    for token, sim in nearest_tokens(model, tokenizer, args.word, args.k):
+        print(f"{sim:+.3f}  {token!r}")
+    return 0
+
+
+def cmd_data(args: argparse.Namespace, paths: Paths) -> int:
+    from .gutenberg import download_holmes
+
+    out = args.out or paths.home / "datasets" / "holmes.txt"
+    path = download_holmes(out)
+    print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+    return 0
+
+
+COMMANDS = {
+    "info": cmd_info,
+    "train": cmd_train,
+    "sample": cmd_sample,
+    "neighbors": cmd_neighbors,
+    "data": cmd_data,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    handler = cmd_tokenizer_train if args.command == "tokenizer" else COMMANDS[args.command]
+    try:
+        return handler(args, Paths())
+    except EXPECTED_ERRORS as exc:
+        print(f"tinygpt {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""Devices and precision: which backend to run on, and in which number format.
+
+>>> resolve_device("cpu")
+device(type='cpu')
+>>> resolve_precision("fp32", torch.device("cpu"))
+'fp32'
+
+A backend the machine lacks is not an error: :func:`resolve_device` logs a warning
+and returns the CPU, so a run asked for ``cuda`` on a laptop still runs.
+On Apple GPUs, set ``PYTORCH_ENABLE_MPS_FALLBACK=1`` before starting Python so that
+operators MPS lacks fall back to the CPU instead of raising.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import platform
+import resource
+import sys
+import time
+from functools import cache
+from typing import Literal
+
+import torch
+
+log = logging.getLogger(__name__)
+
+DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps", "xla")  # plus "cuda:N"
+PRECISION_CHOICES = ("auto", "fp32", "bf16", "fp16")
+Precision = Literal["fp32", "bf16", "fp16"]
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def xla_available() -> bool:
+    try:
+        import torch_xla  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def mps_available() -> bool:
+    return bool(getattr(torch.backends, "mps", None)) and torch.backends.mps.is_available()
+
+
+def check_device_name(name: str) -> str:
+    """Normalise a device name or raise ValueError naming the allowed forms."""
+    name = name.strip().lower()
+    if name in DEVICE_CHOICES:
+        return name
+    if name.startswith("cuda:") and name[5:].isdigit():
+        return name
+    raise ValueError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N, mps or xla")
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """The torch device for a name; missing backends fall back to the CPU with a warning."""
+    name = check_device_name(name)
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if mps_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cpu":
+        return torch.device("cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            log.warning("CUDA is not available on this machine; running on the CPU instead")
+            return torch.device("cpu")
+        index = int(name[5:]) if ":" in name else 0
+        if index >= torch.cuda.device_count():
+            log.warning("cuda:%d does not exist (%d GPUs); running on the CPU instead", index, torch.cuda.device_count())
+            return torch.device("cpu")
+        return torch.device("cuda", index)
+    if name == "mps":
+        if not mps_available():
+            log.warning("MPS is not available on this machine; running on the CPU instead")
+            return torch.device("cpu")
+        return torch.device("mps")
+    if not xla_available():
+        log.warning("torch_xla is not installed; running on the CPU instead")
+        return torch.device("cpu")
+    import torch_xla.core.xla_model as xm
+
+    return xm.xla_device()
+
+
+def available_devices() -> list[dict]:
+    """Every device name this machine can run, with a description; unavailable ones say why.
+
+    >>> available_devices()[0]["device"]
+    'cpu'
+    """
+
+    def entry(name: str, available: bool, reason: str | None = None, device: torch.device | None = None) -> dict:
+        description = describe_device(device) if device is not None else None
+        return {"device": name, "available": available, "reason": reason, "description": description}
+
+    out = [entry("cpu", True, device=torch.device("cpu"))]
+    if torch.cuda.is_available():
+        out += [entry(f"cuda:{i}", True, device=torch.device("cuda", i)) for i in range(torch.cuda.device_count())]
+    else:
+        out.append(entry("cuda", False, "no CUDA GPU found by this PyTorch build"))
+    has_mps = mps_available()
+    out.append(entry("mps", has_mps, None if has_mps else "no Apple GPU (MPS) on this machine",
+                     torch.device("mps") if has_mps else None))
+    out.append(entry("xla", xla_available(), None if xla_available() else "torch_xla is not installed"))
+    return out
+
+
+def describe_device(device: torch.device) -> dict:
+    """Torch version, device name, and memory (GPUs) or thread count (CPU)."""
+    info: dict = {"torch": torch.__version__, "type": device.type}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(
+            name=props.name,
+            memory_mib=props.total_memory // 2**20,
+            capability=f"{props.major}.{props.minor}",
+            bf16=torch.cuda.is_bf16_supported(),
+        )
+    elif device.type == "mps":
+        info.update(name="Apple GPU (MPS)", memory_mib=None)
+    elif device.type == "cpu":
+        info.update(
+            name=cpu_name(),
+            threads=torch.get_num_threads(),
+            cores=os.cpu_count(),
+            capability=torch.backends.cpu.get_cpu_capability(),
+        )
+    else:
+        info.update(name=str(device))
+    return info
+
+
+@cache
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def check_precision_name(name: str) -> str:
+    if name not in PRECISION_CHOICES:
+        raise ValueError(f"unknown precision {name!r}; use {', '.join(PRECISION_CHOICES)}")
+    return name
+
+
+def resolve_precision(name: str, device: torch.device) -> Precision:
+    """Pick the number format.
+
+    ``auto``: bf16 on GPUs that support it, fp16 (with a gradient scaler) on older
+    GPUs, and on the CPU whichever of fp32 and bf16 autocast measures faster
+    (see :func:`cpu_prefers_bf16`).
+    """
+    name = check_precision_name(name)
+    if name != "auto":
+        return name  # type: ignore[return-value]
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    if device.type in ("mps", "xla"):
+        return "bf16"
+    return "bf16" if cpu_prefers_bf16() else "fp32"
+
+
+@cache
+def cpu_prefers_bf16() -> bool:
+    """Time a model-sized matrix product in fp32 and in bf16 on this CPU (about 0.1 s, once).
+
+    CPUs with AVX512-BF16 or AMX run bf16 products much faster; the others emulate
+    bf16 and are slower, so fp32 wins there.
+    """
+    a32 = torch.randn(1024, 256)
+    b32 = torch.randn(256, 1024)
+    a16, b16 = a32.bfloat16(), b32.bfloat16()
+
+    def best_of(a: torch.Tensor, b: torch.Tensor) -> float:
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(4):
+                a @ b
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    best_of(a32, b32)
+    best_of(a16, b16)
+    return best_of(a16, b16) < 0.9 * best_of(a32, b32)
+
+
+def autocast(device: torch.device, precision: Precision) -> contextlib.AbstractContextManager:
+    """Autocast context for bf16/fp16; a no-op for fp32."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=DTYPES[precision])
+
+
+def set_threads(threads: int | None) -> None:
+    """CPU intra-op threads (None or 0 keeps PyTorch's default)."""
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work, so a timer measures the work and not its launch."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def xla_step(device: torch.device) -> None:
+    """On XLA, cut the lazy graph and run it: once per training step."""
+    if device.type == "xla":
+        import torch_xla.core.xla_model as xm
+
+        xm.mark_step()
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_mib(device: torch.device) -> float:
+    """CUDA max allocated, or on the CPU the process's peak resident set size."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    if device.type == "mps":
+        return torch.mps.driver_allocated_memory() / 2**20
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2**20 if sys.platform == "darwin" else rss / 1024  # bytes on macOS, KiB on Linux

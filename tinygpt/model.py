@@ -1,0 +1,282 @@
+"""The GPT: one :class:`GPTConfig` drives everything.
+
+Pre-norm transformer blocks, tied input/output embedding, causal attention through
+``F.scaled_dot_product_attention``. Architecture switches:
+
+- ``pos``: ``rope`` (rotary, precomputed cos/sin tables) or ``learned`` (absolute embedding)
+- ``norm``: ``layernorm`` or ``rmsnorm``
+- ``mlp``: ``gelu`` (4x hidden) or ``swiglu`` (about 8/3 x hidden, rounded up to 64)
+- ``bias``: biases in the MLP and LayerNorm; ``attn_bias``: biases in the attention projections
+
+Generation with a KV cache goes through :meth:`GPT.forward` with ``cache`` and
+``start_pos``; see :mod:`tinygpt.sample`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint as activation_checkpoint
+
+PosKind = Literal["rope", "learned"]
+NormKind = Literal["layernorm", "rmsnorm"]
+MlpKind = Literal["gelu", "swiglu"]
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int = 4096
+    context: int = 256
+    d_model: int = 256
+    n_heads: int = 4
+    n_layers: int = 6
+    dropout: float = 0.1
+    pos: PosKind = "rope"
+    norm: NormKind = "layernorm"
+    mlp: MlpKind = "gelu"
+    bias: bool = True
+    attn_bias: bool = False
+    rope_base: float = 10000.0
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.pos == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ValueError("rope needs an even head dimension")
+        for name, allowed in (("pos", ("rope", "learned")), ("norm", ("layernorm", "rmsnorm")), ("mlp", ("gelu", "swiglu"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def mlp_hidden(self) -> int:
+        if self.mlp == "gelu":
+            return 4 * self.d_model
+        return 64 * math.ceil(8 * self.d_model / 3 / 64)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> GPTConfig:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+def make_norm(config: GPTConfig) -> nn.Module:
+    if config.norm == "rmsnorm":
+        return RMSNorm(config.d_model)
+    return nn.LayerNorm(config.d_model, bias=config.bias)
+
+
+def rope_tables(head_dim: int, length: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin tables, each (length, head_dim // 2), for rotary embeddings."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    angles = torch.outer(torch.arange(length, dtype=torch.float32), inv_freq)  # (T, hd/2)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (first half, second half) of the head dimension.
+
+    x: (B, heads, T, head_dim); cos, sin: (T, head_dim // 2).
+    """
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]  # (B, heads, T, hd/2) each
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+class KVCache:
+    """Keys and values of past positions, per layer, preallocated to the context length."""
+
+    def __init__(self, config: GPTConfig, batch: int, device: torch.device, dtype: torch.dtype) -> None:
+        shape = (batch, config.n_heads, config.context, config.head_dim)  # (B, heads, T_max, head_dim)
+        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]
+        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]
+        self.length = 0
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        end = start + k.shape[2]
+        self.keys[layer][:, :, start:end] = k
+        self.values[layer][:, :, start:end] = v
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig, layer: int) -> None:
+        super().__init__()
+        self.config = config
+        self.layer = layer
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=config.attn_bias)
+        self.proj = nn.Linear(config.d_model, config.d_model, bias=config.attn_bias)
+        self.proj.residual_out = True
+        self.dropout = config.dropout
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor] | None,
+        cache: KVCache | None = None,
+        start_pos: int = 0,
+    ) -> torch.Tensor:
+        B, T, C = x.shape
+        h, hd = self.config.n_heads, self.config.head_dim
+        q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, C) each
+        q = q.view(B, T, h, hd).transpose(1, 2)  # (B, heads, T, head_dim)
+        k = k.view(B, T, h, hd).transpose(1, 2)
+        v = v.view(B, T, h, hd).transpose(1, 2)
+        if rope is not None:
+            cos, sin = rope
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(self.layer, k, v, start_pos)  # (B, heads, start+T, head_dim)
+        if cache is None or start_pos == 0:
+            y = F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+            )
+        else:
+            # New queries sit at positions start_pos.. and may see every cached key up to themselves.
+            mask = torch.ones(T, k.shape[2], dtype=torch.bool, device=x.device).tril(diagonal=start_pos)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        return self.proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        hidden = config.mlp_hidden
+        self.kind = config.mlp
+        if config.mlp == "swiglu":
+            self.gate = nn.Linear(config.d_model, hidden, bias=config.bias)
+        self.up = nn.Linear(config.d_model, hidden, bias=config.bias)
+        self.down = nn.Linear(hidden, config.d_model, bias=config.bias)
+        self.down.residual_out = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind == "swiglu":
+            return self.down(F.silu(self.gate(x)) * self.up(x))
+        return self.down(F.gelu(self.up(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig, layer: int) -> None:
+        super().__init__()
+        self.norm1 = make_norm(config)
+        self.attn = CausalSelfAttention(config, layer)
+        self.norm2 = make_norm(config)
+        self.mlp = MLP(config)
+        self.drop = nn.Dropout(config.dropout)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor] | None,
+        cache: KVCache | None = None,
+        start_pos: int = 0,
+    ) -> torch.Tensor:
+        x = x + self.drop(self.attn(self.norm1(x), rope, cache, start_pos))
+        return x + self.drop(self.mlp(self.norm2(x)))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
+        self.pos_emb = nn.Embedding(config.context, config.d_model) if config.pos == "learned" else None
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layers))
+        self.norm_f = make_norm(config)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.head.weight = self.tok_emb.weight  # tied input/output embedding
+        if config.pos == "rope":
+            cos, sin = rope_tables(config.head_dim, config.context, config.rope_base)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        self.gradient_checkpointing = False
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            std = 0.02
+            if getattr(module, "residual_out", False):
+                std = 0.02 / math.sqrt(2 * self.config.n_layers)
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self) -> int:
+        """Unique parameters (the tied embedding counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def param_breakdown(self) -> dict[str, int]:
+        """Parameter counts by part: embedding, one block (attention, MLP, norms), all blocks, final norm."""
+        block = self.blocks[0]
+        attn = sum(p.numel() for p in block.attn.parameters())
+        mlp = sum(p.numel() for p in block.mlp.parameters())
+        norms = sum(p.numel() for p in block.norm1.parameters()) + sum(p.numel() for p in block.norm2.parameters())
+        return {
+            "embedding": self.tok_emb.weight.numel(),
+            "position_embedding": self.pos_emb.weight.numel() if self.pos_emb is not None else 0,
+            "block": attn + mlp + norms,
+            "block_attention": attn,
+            "block_mlp": mlp,
+            "block_norms": norms,
+            "blocks": sum(p.numel() for p in self.blocks.parameters()),
+            "final_norm": sum(p.numel() for p in self.norm_f.parameters()),
+            "total": self.num_params(),
+        }
+
+    def forward(
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        *,
+        cache: KVCache | None = None,
+        start_pos: int = 0,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """idx: (B, T) token ids. Returns logits (B, T, vocab) and the mean loss when targets are given."""
+        B, T = idx.shape
+        if start_pos + T > self.config.context:
+            raise ValueError(f"sequence of {start_pos + T} tokens exceeds the context of {self.config.context}")
+        x = self.tok_emb(idx)  # (B, T, C)
+        rope = None
+        if self.pos_emb is not None:
+            pos = torch.arange(start_pos, start_pos + T, device=idx.device)
+            x = x + self.pos_emb(pos)  # (B, T, C)
+        else:
+            rope = (self.rope_cos[start_pos : start_pos + T], self.rope_sin[start_pos : start_pos + T])
+        x = self.drop(x)
+        for block in self.blocks:
+            if self.gradient_checkpointing and self.training and cache is None:
+                x = activation_checkpoint(block, x, rope, use_reentrant=False)
+            else:
+                x = block(x, rope, cache, start_pos)
+        x = self.norm_f(x)
+        logits = self.head(x)  # (B, T, vocab)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss

@@ -1,0 +1,102 @@
+"""Model presets: sizes x architectures, as data that the CLI, the form and the API list.
+
+>>> model_config("holmes").d_model
+256
+>>> model_config("tiny", "classic").pos
+'learned'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from .model import GPT, GPTConfig
+
+#: Architecture switches. ``series`` is the tiny-GPT series' mix (RoPE with LayerNorm and GELU,
+#: biases in the MLP and norms but not in attention); ``classic`` is GPT-2 style; ``modern`` is
+#: Llama style.
+ARCHS: dict[str, dict] = {
+    "series": {"pos": "rope", "norm": "layernorm", "mlp": "gelu", "bias": True, "attn_bias": False},
+    "classic": {"pos": "learned", "norm": "layernorm", "mlp": "gelu", "bias": True, "attn_bias": True},
+    "modern": {"pos": "rope", "norm": "rmsnorm", "mlp": "swiglu", "bias": False, "attn_bias": False},
+}
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    description: str
+    default_arch: str
+    size: dict
+
+
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset(
+            "holmes",
+            "The series' model: 5.8M parameters, 6 layers of 256, context 256.",
+            "series",
+            {"vocab_size": 4096, "d_model": 256, "n_heads": 4, "n_layers": 6, "context": 256, "dropout": 0.1},
+        ),
+        Preset(
+            "tiny",
+            "A smoke-test model: about half a million parameters, trains in minutes on any CPU.",
+            "modern",
+            {"vocab_size": 4096, "d_model": 64, "n_heads": 4, "n_layers": 4, "context": 128, "dropout": 0.0},
+        ),
+        Preset(
+            "student",
+            "About 2.6M parameters: learns readable words in a laptop-CPU half hour.",
+            "modern",
+            {"vocab_size": 4096, "d_model": 192, "n_heads": 6, "n_layers": 4, "context": 256, "dropout": 0.1},
+        ),
+        Preset(
+            "small",
+            "About 4M parameters, context 128: the largest that trains usefully on a laptop CPU in an hour.",
+            "modern",
+            {"vocab_size": 4096, "d_model": 256, "n_heads": 4, "n_layers": 4, "context": 128, "dropout": 0.1},
+        ),
+    )
+}
+
+
+class UnknownPresetError(ValueError):
+    pass
+
+
+def model_config(preset: str, arch: str | None = None, **overrides: object) -> GPTConfig:
+    """The model config of a preset in an architecture (the preset's own when None)."""
+    if preset not in PRESETS:
+        raise UnknownPresetError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    p = PRESETS[preset]
+    arch = arch or p.default_arch
+    if arch not in ARCHS:
+        raise UnknownPresetError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}")
+    return GPTConfig(**{**p.size, **ARCHS[arch], **overrides})
+
+
+@cache
+def parameter_count(preset: str, arch: str | None = None) -> int:
+    """Parameters of a preset (built on the meta device: no memory, no time)."""
+    import torch
+
+    with torch.device("meta"):
+        return GPT(model_config(preset, arch)).num_params()
+
+
+def list_presets() -> list[dict]:
+    """Every preset in every architecture, with its parameter count."""
+    out = []
+    for p in PRESETS.values():
+        out.append(
+            {
+                "name": p.name,
+                "description": p.description,
+                "default_arch": p.default_arch,
+                **p.size,
+                "params": {arch: parameter_count(p.name, arch) for arch in ARCHS},
+            }
+        )
+    return out

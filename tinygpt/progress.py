@@ -1,0 +1,44 @@
+"""Progress display for the command line: a tqdm bar with loss and tokens/s."""
+
+from __future__ import annotations
+
+from tqdm import tqdm  # the library proper never imports this module: only the CLI does
+
+from .train import Callbacks, Sample, StepMetrics
+
+
+class ProgressCallbacks(Callbacks):
+    def __init__(self, total_steps: int, bar: bool = True) -> None:
+        self.total = total_steps
+        self.use_bar = bar
+        self.bar: tqdm | None = None
+
+    def on_start(self, info: dict) -> None:
+        d = info["device_info"]
+        print(f"{info['params']:,} parameters on {info['device']} ({d.get('name')}), {info['precision']}; "
+              f"{info['train_tokens']:,} train / {info['val_tokens']:,} val tokens"
+              + (f"; resuming at step {info['start_step']}" if info["resumed"] else ""))
+        if self.use_bar:
+            self.bar = tqdm(total=self.total, initial=info["start_step"], unit="step", dynamic_ncols=True)
+
+    def on_step(self, m: StepMetrics) -> None:
+        if self.bar is not None:
+            self.bar.update(m.step - self.bar.n)
+            self.bar.set_postfix(loss=f"{m.train_loss:.3f}", tok_s=f"{m.tokens_per_sec:,.0f}")
+
+    def on_eval(self, m: StepMetrics) -> None:
+        self._write(f"step {m.step:>6}: train {m.train_loss:.4f}  val {m.val_loss:.4f}  "
+                    f"{m.tokens_per_sec:,.0f} tok/s  {m.peak_mem_mib:,.0f} MiB")
+
+    def on_sample(self, s: Sample) -> None:
+        self._write(f"sample @ {s.step}: {s.text!r}")
+
+    def _write(self, line: str) -> None:
+        if self.bar is not None:
+            self.bar.write(line)
+        else:
+            print(line, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

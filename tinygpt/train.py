@@ -1,0 +1,559 @@
+"""The training loop: the series' recipe as a library function.
+
+>>> result = train(TrainConfig(preset="tiny", corpus="holmes.txt", steps=200), out_dir="runs/t")  # doctest: +SKIP
+>>> result.best_val_loss  # doctest: +SKIP
+5.41
+
+The recipe: the last 10% of tokens is validation; random windows of ``context``
+tokens; AdamW (betas 0.9/0.95, weight decay on 2-D weights only); linear warmup for
+``min(200, steps // 10)`` steps then cosine down to 10% of the peak; gradient clip
+1.0; evaluation = mean loss over 20 batches of each split from a generator seeded 0,
+at step 0, every ``eval_every`` steps and at the end.
+
+What a caller sees goes through :class:`Callbacks` (``on_step``, ``on_eval``,
+``on_sample``, ``on_checkpoint``, ``should_stop``); the CLI prints from them and the
+worker writes them to the database. The loop itself writes ``metrics.csv``,
+``config.json``, ``tokenizer.json``, ``best.pt`` (each time validation improves)
+and ``last.pt`` (at every evaluation and when stopped: the resume point).
+
+In ``metrics.csv``, ``train_loss`` is that step's batch loss, except on evaluation
+rows (those with a ``val_loss``) where it is the 20-batch estimate, measured the
+same way as ``val_loss`` so that their difference (the overfitting gap) is fair.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import logging
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from . import device as dev
+from .checkpoint import read_checkpoint, save_checkpoint
+from .data import Splits, encode_corpus, get_batch, load_or_train_tokenizer, read_corpus
+from .model import GPT, GPTConfig
+from .presets import model_config
+from .sample import sample_text
+from .tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run. Ranges are checked by :meth:`validate`."""
+
+    preset: str = "holmes"
+    arch: str | None = None
+    corpus: str = ""
+    device: str = "auto"
+    precision: str = "auto"
+    steps: int = 1500
+    batch_size: int = 32
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup: int | None = None  # None: min(200, steps // 10)
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    grad_accum: int = 1
+    grad_checkpointing: bool = False
+    compile: bool = False
+    eval_every: int = 250
+    eval_batches: int = 20
+    log_every: int = 10
+    seed: int = 1337
+    threads: int | None = None
+    sample_prompt: str = "Holmes"
+    sample_tokens: int = 40
+    sample_temperature: float = 0.8
+    sample_every: int = 0  # 0: samples at step 0, mid-run and at the end only
+    vocab_size: int | None = None  # None: the preset's
+    dropout: float | None = None  # None: the preset's
+
+    def validate(self) -> TrainConfig:
+        """Raise ValueError naming the first field out of range."""
+        positive = ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "log_every")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not 0 < self.lr <= 1:
+            raise ValueError(f"lr must be in (0, 1], got {self.lr}")
+        if self.warmup is not None and self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        if self.threads is not None and self.threads < 0:
+            raise ValueError(f"threads must be >= 0, got {self.threads}")
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.vocab_size is not None and not 256 <= self.vocab_size <= 65536:
+            raise ValueError(f"vocab_size must be in [256, 65536], got {self.vocab_size}")
+        if self.sample_tokens < 0 or self.sample_every < 0:
+            raise ValueError("sample_tokens and sample_every must be >= 0")
+        dev.check_device_name(self.device)
+        dev.check_precision_name(self.precision)
+        self.model_config()  # unknown preset or arch
+        return self
+
+    def model_config(self) -> GPTConfig:
+        overrides: dict = {}
+        if self.vocab_size:
+            overrides["vocab_size"] = self.vocab_size
+        if self.dropout is not None:
+            overrides["dropout"] = self.dropout
+        return model_config(self.preset, self.arch, **overrides)
+
+    def warmup_steps(self) -> int:
+        return self.warmup if self.warmup is not None else min(200, self.steps // 10)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown training option(s): {', '.join(sorted(unknown))}")
+        return cls(**data)
+
+
+@dataclass
+class StepMetrics:
+    """One row of ``metrics.csv``."""
+
+    step: int
+    train_loss: float
+    val_loss: float | None
+    lr: float
+    tokens_per_sec: float
+    elapsed_sec: float
+    tokens_seen: int
+    epochs: float
+    peak_mem_mib: float
+
+
+METRIC_COLUMNS = [f.name for f in fields(StepMetrics)]
+
+
+@dataclass
+class Sample:
+    step: int
+    prompt: str
+    text: str
+
+
+class Callbacks:
+    """Override what you need; every method is a no-op by default."""
+
+    def on_start(self, info: dict) -> None:
+        """Once, with the resolved device, precision, parameter count and start step."""
+
+    def on_step(self, metrics: StepMetrics) -> None:
+        """Every logged step (every ``log_every`` steps and at evaluations)."""
+
+    def on_eval(self, metrics: StepMetrics) -> None:
+        """At each evaluation, after ``on_step`` for the same row."""
+
+    def on_sample(self, sample: Sample) -> None:
+        """Each sample taken during training."""
+
+    def on_checkpoint(self, path: Path, kind: str) -> None:
+        """After ``best.pt`` (kind ``best``) or ``last.pt`` (kind ``last``) is written."""
+
+    def should_stop(self) -> bool:
+        """Polled before each step; True stops the run after saving ``last.pt``."""
+        return False
+
+
+@dataclass
+class TrainResult:
+    steps_done: int
+    stopped: bool
+    best_val_loss: float | None
+    best_step: int | None
+    final: StepMetrics | None
+    device: str
+    precision: str
+    out_dir: Path
+    info: dict = field(default_factory=dict)
+
+
+def lr_at(step: int, config: TrainConfig) -> float:
+    """Linear warmup to ``lr``, then cosine down to ``min_lr_ratio * lr`` at the last step."""
+    warmup = config.warmup_steps()
+    if warmup and step < warmup:
+        return config.lr * (step + 1) / warmup
+    span = max(1, config.steps - warmup)
+    progress = min(1.0, (step - warmup) / span)
+    floor = config.lr * config.min_lr_ratio
+    return floor + 0.5 * (config.lr - floor) * (1 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with weight decay on 2-D weights (matrices, embeddings) only."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    extra = {"fused": True} if device.type == "cuda" else {"foreach": True}
+    return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.95), **extra)
+
+
+@torch.no_grad()
+def estimate_loss(
+    model: nn.Module, splits: Splits, config: TrainConfig, context: int, device: torch.device, precision: str
+) -> dict[str, float]:
+    """Mean loss over ``eval_batches`` batches of each split, the same batches every time (seed 0)."""
+    was_training = model.training
+    model.eval()
+    out = {}
+    for name, tokens in (("train", splits.train), ("val", splits.val)):
+        generator = torch.Generator().manual_seed(0)
+        total = torch.zeros((), device=device)
+        for _ in range(config.eval_batches):
+            x, y = get_batch(tokens, config.batch_size, context, generator, device)
+            with dev.autocast(device, precision):
+                _, loss = model(x, y)
+            total += loss.float()
+        out[name] = float(total) / config.eval_batches
+    model.train(was_training)
+    return out
+
+
+class MetricsCsv:
+    """``metrics.csv`` in the run folder; on resume, rows after the resume step are dropped."""
+
+    def __init__(self, path: Path, resume_step: int | None) -> None:
+        self.path = path
+        rows: list[dict] = []
+        if resume_step is not None and path.exists():
+            with open(path, newline="") as f:
+                rows = [r for r in csv.DictReader(f) if int(r["step"]) <= resume_step]
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    def append(self, m: StepMetrics) -> None:
+        with open(self.path, "a", newline="") as f:
+            row = asdict(m)
+            row["val_loss"] = "" if m.val_loss is None else m.val_loss
+            csv.DictWriter(f, fieldnames=METRIC_COLUMNS).writerow(row)
+
+
+def read_metrics_csv(path: str | Path) -> list[StepMetrics]:
+    with open(path, newline="") as f:
+        return [
+            StepMetrics(
+                step=int(r["step"]),
+                train_loss=float(r["train_loss"]),
+                val_loss=float(r["val_loss"]) if r["val_loss"] else None,
+                lr=float(r["lr"]),
+                tokens_per_sec=float(r["tokens_per_sec"]),
+                elapsed_sec=float(r["elapsed_sec"]),
+                tokens_seen=int(r["tokens_seen"]),
+                epochs=float(r["epochs"]),
+                peak_mem_mib=float(r["peak_mem_mib"]),
+            )
+            for r in csv.DictReader(f)
+        ]
+
+
+@dataclass
+class _State:
+    """What changes during a run and must survive a resume."""
+
+    step: int = 0
+    tokens_seen: int = 0
+    elapsed_sec: float = 0.0
+    best_val_loss: float | None = None
+    best_step: int | None = None
+
+
+class Trainer:
+    """One run: built from a config and an output folder, executed by :meth:`run`."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        out_dir: str | Path,
+        *,
+        callbacks: Callbacks | None = None,
+        cache_dir: str | Path | None = None,
+        resume: bool = False,
+        tokens: torch.Tensor | None = None,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        self.config = config.validate()
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.cb = callbacks or Callbacks()
+        dev.set_threads(config.threads)
+        self.device = dev.resolve_device(config.device)
+        self.precision = dev.resolve_precision(config.precision, self.device)
+        self.model_config = config.model_config()
+        self.tokenizer, tokens = self._load_data(tokenizer, tokens, Path(cache_dir) if cache_dir else None)
+        self.splits = Splits.from_tokens(tokens, self.model_config.context)
+
+        torch.manual_seed(config.seed)  # init on the CPU: the same weights on every device
+        self.model = GPT(self.model_config)
+        self.model.gradient_checkpointing = config.grad_checkpointing
+        self.model.to(self.device)
+        self.optimizer = make_optimizer(self.model, config, self.device)
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
+        self.batch_gen = torch.Generator().manual_seed(config.seed)
+        self.state = _State()
+        resume_from = self.out_dir / "last.pt"
+        self.resumed = resume and resume_from.exists()
+        if self.resumed:
+            self._restore(resume_from)
+        self.forward_model = torch.compile(self.model) if config.compile else self.model
+        self.csv = MetricsCsv(self.out_dir / "metrics.csv", self.state.step if self.resumed else None)
+        self.tokenizer.save(self.out_dir / "tokenizer.json")
+        self._write_config_json()
+
+    # -- setup ------------------------------------------------------------------------
+    def _load_data(
+        self, tokenizer: Tokenizer | None, tokens: torch.Tensor | None, cache_dir: Path | None
+    ) -> tuple[Tokenizer, torch.Tensor]:
+        if tokenizer is not None and tokens is not None:
+            return tokenizer, tokens
+        text = read_corpus(self.config.corpus)
+        tokenizer = tokenizer or load_or_train_tokenizer(text, self.model_config.vocab_size, cache_dir)
+        if tokenizer.vocab_size > self.model_config.vocab_size:
+            raise ValueError(
+                f"tokenizer has {tokenizer.vocab_size} ids but the model's vocabulary is {self.model_config.vocab_size}"
+            )
+        return tokenizer, encode_corpus(text, tokenizer, cache_dir)
+
+    def info(self) -> dict:
+        return {
+            "device": str(self.device),
+            "device_info": dev.describe_device(self.device),
+            "precision": self.precision,
+            "params": self.model.num_params(),
+            "train_tokens": len(self.splits.train),
+            "val_tokens": len(self.splits.val),
+            "tokenizer_vocab": self.tokenizer.vocab_size,
+            "start_step": self.state.step,
+            "resumed": self.resumed,
+        }
+
+    def _write_config_json(self) -> None:
+        data = {
+            "train": self.config.to_dict(),
+            "model": self.model_config.to_dict(),
+            "resolved": {"device": str(self.device), "precision": self.precision, "params": self.model.num_params()},
+            "tokenizer": {"path": "tokenizer.json", "vocab_size": self.tokenizer.vocab_size},
+        }
+        (self.out_dir / "config.json").write_text(json.dumps(data, indent=2))
+
+    # -- checkpoints ------------------------------------------------------------------
+    def _checkpoint_state(self) -> dict:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler else None,
+            "step": self.state.step,
+            "train_state": asdict(self.state),
+            "model_config": self.model_config.to_dict(),
+            "train_config": self.config.to_dict(),
+            "tokenizer": self.tokenizer.to_dict(),
+            "tokenizer_ref": {"path": "tokenizer.json", "fingerprint": self.tokenizer.fingerprint()},
+            "best_val_loss": self.state.best_val_loss,
+            "rng": {
+                "batch": self.batch_gen.get_state(),
+                "cpu": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None,
+            },
+            "device": str(self.device),
+            "precision": self.precision,
+        }
+
+    def save(self, kind: str) -> Path:
+        path = self.out_dir / f"{kind}.pt"
+        save_checkpoint(path, self._checkpoint_state())
+        self.cb.on_checkpoint(path, kind)
+        return path
+
+    def _restore(self, path: Path) -> None:
+        ckpt = read_checkpoint(path, map_location=self.device)
+        if ckpt["model_config"] != self.model_config.to_dict():
+            raise ValueError(f"{path} holds a different model ({ckpt['model_config']}); cannot resume")
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        if self.scaler and ckpt.get("scaler"):
+            self.scaler.load_state_dict(ckpt["scaler"])
+        self.state = _State(**ckpt["train_state"])
+        self.batch_gen.set_state(ckpt["rng"]["batch"])
+        torch.set_rng_state(ckpt["rng"]["cpu"])
+        if self.device.type == "cuda" and ckpt["rng"].get("cuda") is not None:
+            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+        log.info("resumed from %s at step %d", path, self.state.step)
+
+    # -- the loop ---------------------------------------------------------------------
+    def run(self) -> TrainResult:
+        cfg = self.config
+        info = self.info()
+        self.cb.on_start(info)
+        dev.reset_peak_memory(self.device)
+        self.model.train()
+        final: StepMetrics | None = None
+        if self.state.step == 0:
+            final = self._evaluate_and_log(tokens_per_sec=0.0)
+            self._maybe_sample()
+        stopped = False
+        tokens_per_step = cfg.batch_size * self.model_config.context * cfg.grad_accum
+        steps_in_interval = 0
+        loss_sum = torch.zeros((), device=self.device)
+        dev.synchronize(self.device)
+        interval_start = time.perf_counter()
+        for step in range(self.state.step, cfg.steps):
+            if self.cb.should_stop():
+                stopped = True
+                break
+            loss_sum += self._train_step(step)
+            steps_in_interval += 1
+            self.state.step = step + 1
+            self.state.tokens_seen += tokens_per_step
+            is_eval = self.state.step % cfg.eval_every == 0 or self.state.step == cfg.steps
+            if not (is_eval or self.state.step % cfg.log_every == 0):
+                continue
+            # Timed region: the training steps since the last log; evaluation and sampling excluded.
+            dev.synchronize(self.device)
+            interval_time = time.perf_counter() - interval_start
+            self.state.elapsed_sec += interval_time
+            tps = steps_in_interval * tokens_per_step / interval_time if interval_time > 0 else 0.0
+            batch_loss = float(loss_sum) / steps_in_interval
+            steps_in_interval = 0
+            loss_sum.zero_()
+            if is_eval:
+                final = self._evaluate_and_log(tokens_per_sec=tps)
+            else:
+                final = self._log(batch_loss, None, tps)
+            self._maybe_sample()
+            dev.synchronize(self.device)
+            interval_start = time.perf_counter()
+        if stopped:
+            if steps_in_interval:
+                self.state.elapsed_sec += time.perf_counter() - interval_start
+            self.save("last")
+        return TrainResult(
+            steps_done=self.state.step,
+            stopped=stopped,
+            best_val_loss=self.state.best_val_loss,
+            best_step=self.state.best_step,
+            final=final,
+            device=str(self.device),
+            precision=self.precision,
+            out_dir=self.out_dir,
+            info=info,
+        )
+
+    def _train_step(self, step: int) -> torch.Tensor:
+        """One optimizer update (over ``grad_accum`` micro-batches); returns the mean loss, detached."""
+        cfg = self.config
+        lr = lr_at(step, cfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        total = torch.zeros((), device=self.device)
+        for _ in range(cfg.grad_accum):
+            x, y = get_batch(self.splits.train, cfg.batch_size, self.model_config.context, self.batch_gen, self.device)
+            with dev.autocast(self.device, self.precision):
+                _, loss = self.forward_model(x, y)
+            loss = loss / cfg.grad_accum
+            (self.scaler.scale(loss) if self.scaler else loss).backward()
+            total += loss.detach().float()
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        dev.xla_step(self.device)
+        return total
+
+    def _log(self, train_loss: float, val_loss: float | None, tokens_per_sec: float) -> StepMetrics:
+        m = StepMetrics(
+            step=self.state.step,
+            train_loss=train_loss,
+            val_loss=val_loss,
+            lr=lr_at(max(0, self.state.step - 1), self.config),
+            tokens_per_sec=tokens_per_sec,
+            elapsed_sec=self.state.elapsed_sec,
+            tokens_seen=self.state.tokens_seen,
+            epochs=self.state.tokens_seen / len(self.splits.train),
+            peak_mem_mib=dev.peak_memory_mib(self.device),
+        )
+        self.csv.append(m)
+        self.cb.on_step(m)
+        return m
+
+    def _evaluate_and_log(self, tokens_per_sec: float) -> StepMetrics:
+        losses = estimate_loss(
+            self.forward_model, self.splits, self.config, self.model_config.context, self.device, self.precision
+        )
+        m = self._log(losses["train"], losses["val"], tokens_per_sec)
+        self.cb.on_eval(m)
+        improved = self.state.best_val_loss is None or losses["val"] < self.state.best_val_loss
+        if improved:
+            self.state.best_val_loss, self.state.best_step = losses["val"], self.state.step
+        if self.state.step > 0:
+            if improved:
+                self.save("best")
+            self.save("last")
+        return m
+
+    def _sample_steps(self) -> set[int]:
+        cfg = self.config
+        steps = {0, cfg.steps // 2, cfg.steps}
+        if cfg.sample_every:
+            steps |= set(range(0, cfg.steps + 1, cfg.sample_every))
+        return steps
+
+    def _maybe_sample(self) -> None:
+        cfg = self.config
+        if cfg.sample_tokens == 0 or self.state.step not in self._sample_steps():
+            return
+        with _eval_mode(self.model):
+            text = sample_text(
+                self.model,
+                self.tokenizer,
+                cfg.sample_prompt,
+                cfg.sample_tokens,
+                temperature=cfg.sample_temperature,
+                seed=cfg.seed,
+            )
+        self.cb.on_sample(Sample(step=self.state.step, prompt=cfg.sample_prompt, text=text))
+
+
+@contextlib.contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    was = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was)
+
+
+def train(
+    config: TrainConfig,
+    out_dir: str | Path,
+    *,
+    callbacks: Callbacks | None = None,
+    cache_dir: str | Path | None = None,
+    resume: bool = False,
+) -> TrainResult:
+    """Build a :class:`Trainer` and run it to the end (or until ``should_stop``)."""
+    return Trainer(config, out_dir, callbacks=callbacks, cache_dir=cache_dir, resume=resume).run()
