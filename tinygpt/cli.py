@@ -18,12 +18,13 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from .checkpoint import CheckpointError
 from .data import CorpusError
-from .gutenberg import DownloadError
+from .gutenberg import GUTENBERG_URL, DownloadError
 from .presets import ARCHS, PRESETS, UnknownPresetError
 from .tokenizer import TokenizerError
 
@@ -81,7 +82,17 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+@dataclass(frozen=True)
+class ExtraCommand:
+    """A subcommand added by a program built on the library (the dashboard adds serve, app, worker)."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def build_parser(extra: Sequence[ExtraCommand] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tinygpt", description="Train, sample and inspect tiny GPTs.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log more")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -142,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     dsub = p.add_subparsers(dest="dataset", required=True, metavar="DATASET")
     d = dsub.add_parser("holmes", help="the nine Holmes books from Project Gutenberg")
     d.add_argument("--out", type=Path, help="default: $TINYGPT_HOME/datasets/holmes.txt")
+    d.add_argument("--mirror", default=GUTENBERG_URL, help="URL template with {id} (default: %(default)s)")
+    for command in extra:
+        command.add_arguments(sub.add_parser(command.name, help=command.help))
     return parser
 
 
@@ -178,8 +192,6 @@ def cmd_train(args: argparse.Namespace, paths: Paths) -> int:
     from .train import TrainConfig, Trainer
 
     corpus = args.corpus or paths.holmes_corpus()
-    if not corpus.exists() and args.corpus is None:
-        raise CorpusError(f"no corpus at {corpus}; run `tinygpt data holmes` or pass --corpus PATH")
     config = TrainConfig(
         preset=args.preset, arch=args.arch, corpus=str(corpus), device=args.device, precision=args.precision,
         steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup, eval_every=args.eval_every,
@@ -187,6 +199,9 @@ def cmd_train(args: argparse.Namespace, paths: Paths) -> int:
         compile=args.compile, seed=args.seed, threads=args.threads, dropout=args.dropout, vocab_size=args.vocab_size,
         sample_prompt=args.sample_prompt, sample_every=args.sample_every,
     )
+    config.validate()
+    if not corpus.exists() and args.corpus is None:
+        raise CorpusError(f"no corpus at {corpus}; run `tinygpt data holmes` or pass --corpus PATH")
     callbacks = ProgressCallbacks(total_steps=args.steps, bar=not args.no_progress)
     trainer = Trainer(config, args.out, callbacks=callbacks, cache_dir=paths.cache_dir, resume=args.resume)
     try:
@@ -230,7 +245,7 @@ def cmd_data(args: argparse.Namespace, paths: Paths) -> int:
     from .gutenberg import download_holmes
 
     out = args.out or paths.home / "datasets" / "holmes.txt"
-    path = download_holmes(out)
+    path = download_holmes(out, url_template=args.mirror)
     print(f"wrote {path} ({path.stat().st_size:,} bytes)")
     return 0
 
@@ -244,12 +259,15 @@ COMMANDS = {
 }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, extra: Sequence[ExtraCommand] = ()) -> int:
+    parser = build_parser(extra)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
-    handler = cmd_tokenizer_train if args.command == "tokenizer" else COMMANDS[args.command]
+    extra_by_name = {c.name: c for c in extra}
     try:
+        if args.command in extra_by_name:
+            return extra_by_name[args.command].run(args)
+        handler = cmd_tokenizer_train if args.command == "tokenizer" else COMMANDS[args.command]
         return handler(args, Paths())
     except EXPECTED_ERRORS as exc:
         print(f"tinygpt {args.command}: error: {exc}", file=sys.stderr)

@@ -1,0 +1,49 @@
+# Two commands for a newcomer: `make run` (set up, then start the main job) and `make test`.
+# Both create .venv and install what they need; nothing else is assumed on the machine.
+
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+# The CPU build of torch on machines without an NVIDIA GPU. On a Linux box with no GPU and a
+# plain PyPI, add TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" to avoid the CUDA build.
+TORCH_SPEC     ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+# The Holmes corpus beside the repository (the shared data of the series), when it is there.
+HOLMES_SHARED := $(abspath ../shared/data/holmes.txt)
+ifneq ($(wildcard $(HOLMES_SHARED)),)
+export TINYGPT_HOLMES_PATH ?= $(HOLMES_SHARED)
+endif
+
+.PHONY: install run test test-slow test-all lint bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+# The main job: the dashboard (app + a worker for this machine's best device).
+run: install
+	$(VENV)/bin/tinygpt serve
+
+lint: install
+	$(VENV)/bin/ruff check tinygpt app worker tests benchmarks
+
+# The default suite (under 15 minutes on 2 cores): everything but the tests marked slow or gpu.
+test: lint
+	$(PY) -m pytest -q
+
+test-slow: install
+	$(PY) -m pytest -q -m slow
+
+test-all: install
+	$(PY) -m pytest -q -m "not gpu"
+
+# Benchmarks: measured side by side in one run; rewrites BENCHMARKS.md.
+bench: install
+	$(PY) -m benchmarks.run
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache runs

@@ -1,0 +1,114 @@
+"""REST routes for runs: thin wrappers over app.services.runs."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+from fastapi.responses import FileResponse
+from sse_starlette import EventSourceResponse
+from starlette.concurrency import run_in_threadpool
+
+from ..deps import SessionDep, SettingsDep
+from ..errors import Invalid
+from ..models import MetricPublic, RunCreate, RunPublic, RunsPage, RunStatus, RunUpdate, SamplePublic
+from ..services import runs as svc
+from ..services.sampling import SampleRequest, neighbours, stream_sample
+
+router = APIRouter(prefix="/api/runs", tags=["runs"])
+
+
+@router.post("", status_code=201, response_model=list[RunPublic])
+def create_runs(body: RunCreate, session: SessionDep, settings: SettingsDep) -> list[RunPublic]:
+    """Create one run, or one per device (same seed, one group) when ``device`` is a list."""
+    return [RunPublic.of(r) for r in svc.create_runs(session, body=body, settings=settings)]
+
+
+@router.get("", response_model=RunsPage)
+def list_runs(
+    session: SessionDep,
+    status: RunStatus | None = None,
+    device: Annotated[str | None, Query(max_length=50)] = None,
+    tag: Annotated[str | None, Query(max_length=50)] = None,
+    group: Annotated[str | None, Query(max_length=50)] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> RunsPage:
+    return svc.list_runs(session, status=status, device=device, tag=tag, group=group, offset=offset, limit=limit)
+
+
+@router.get("/{run_id}", response_model=RunPublic)
+def get_run(run_id: int, session: SessionDep) -> RunPublic:
+    return RunPublic.of(svc.get_run(session, run_id=run_id))
+
+
+@router.patch("/{run_id}", response_model=RunPublic)
+def update_run(run_id: int, body: RunUpdate, session: SessionDep) -> RunPublic:
+    return RunPublic.of(svc.update_run(session, run_id=run_id, body=body))
+
+
+@router.delete("/{run_id}", status_code=204)
+def delete_run(run_id: int, session: SessionDep) -> Response:
+    svc.delete_run(session, run_id=run_id)
+    return Response(status_code=204)
+
+
+@router.post("/{run_id}/cancel", response_model=RunPublic)
+def cancel_run(run_id: int, session: SessionDep) -> RunPublic:
+    return RunPublic.of(svc.cancel_run(session, run_id=run_id))
+
+
+@router.get("/{run_id}/metrics", response_model=list[MetricPublic])
+def get_metrics(run_id: int, session: SessionDep, format: Annotated[str, Query(pattern="^(json|csv)$")] = "json"):  # noqa: ANN201
+    metrics = svc.run_metrics(session, run_id=run_id)
+    if format == "csv":
+        return Response(svc.metrics_csv(metrics), media_type="text/csv",
+                        headers={"Content-Disposition": f'attachment; filename="run-{run_id}-metrics.csv"'})
+    return [MetricPublic.model_validate(m.model_dump()) for m in metrics]
+
+
+@router.get("/{run_id}/samples", response_model=list[SamplePublic])
+def get_samples(run_id: int, session: SessionDep) -> list[SamplePublic]:
+    return [SamplePublic.model_validate(s.model_dump()) for s in svc.run_samples(session, run_id=run_id)]
+
+
+@router.get("/{run_id}/checkpoint")
+def download_checkpoint(run_id: int, session: SessionDep, settings: SettingsDep) -> FileResponse:
+    path = svc.checkpoint_file(session, run_id=run_id, settings=settings)
+    return FileResponse(path, filename=f"run-{run_id}-best.pt", media_type="application/octet-stream")
+
+
+@router.post("/{run_id}/sample")
+async def sample(run_id: int, body: SampleRequest, session: SessionDep, settings: SettingsDep) -> EventSourceResponse:
+    """Stream generated text as ``token`` events ({"text": piece}), then one ``end`` event with the whole text."""
+    if body.max_tokens > settings.sample_max_tokens:
+        raise Invalid(f"max_tokens must be at most {settings.sample_max_tokens}", field="max_tokens")
+    path = await run_in_threadpool(svc.checkpoint_file, session, run_id=run_id, settings=settings)
+
+    async def events():  # noqa: ANN202
+        pieces = []
+        try:
+            async for piece in stream_sample(path, body):
+                pieces.append(piece)
+                yield {"event": "token", "data": json.dumps({"text": piece})}
+        except Exception as exc:
+            yield {"event": "error", "data": json.dumps({"message": f"{type(exc).__name__}: {exc}"})}
+            return
+        yield {"event": "end", "data": json.dumps({"prompt": body.prompt, "text": "".join(pieces)})}
+
+    return EventSourceResponse(events())
+
+
+@router.get("/{run_id}/neighbors")
+async def get_neighbours(
+    run_id: int, session: SessionDep, settings: SettingsDep,
+    word: Annotated[str, Query(min_length=1, max_length=100)],
+    k: Annotated[int, Query(ge=1, le=100)] = 10,
+) -> list[dict]:
+    path = await run_in_threadpool(svc.checkpoint_file, session, run_id=run_id, settings=settings)
+    try:
+        pairs = await run_in_threadpool(neighbours, path, word, k)
+    except ValueError as exc:
+        raise Invalid(str(exc), field="word") from None
+    return [{"token": t, "similarity": s} for t, s in pairs]

@@ -1,0 +1,83 @@
+"""The ``tinygpt`` command with the dashboard's subcommands: ``serve``, ``app`` and ``worker``.
+
+The library's own commands (train, sample, ...) come from :mod:`tinygpt.cli`; this
+module only adds the ones that need the app and the worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from tinygpt.cli import ExtraCommand
+from tinygpt.cli import main as tinygpt_main
+
+from .settings import get_settings
+
+
+def add_bind_arguments(p: argparse.ArgumentParser) -> None:
+    settings = get_settings()
+    p.add_argument("--host", default=settings.host, help="address to bind (default %(default)s)")
+    p.add_argument("--port", type=int, default=settings.port, help="port (default %(default)s)")
+
+
+def add_worker_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--devices", help="comma-separated device slots, e.g. cpu,cuda:0 (default: the best device)")
+    p.add_argument("--name", help="worker name (default host:devices); must differ between workers of one host")
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    add_bind_arguments(p)
+    add_worker_arguments(p)
+
+
+def run_app(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .main import create_app
+
+    uvicorn.run(create_app(), host=args.host, port=args.port, log_level="info")
+    return 0
+
+
+def run_worker_command(args: argparse.Namespace) -> int:
+    from tinygpt.device import check_device_name
+    from worker.main import run_worker
+
+    devices = [check_device_name(d) for d in args.devices.split(",")] if args.devices else None
+    run_worker(devices, args.name)
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """The app and one worker for this machine's devices, as two processes; Ctrl-C stops both."""
+    worker_cmd = [sys.executable, "-m", "app.cli", "worker"]
+    if args.devices:
+        worker_cmd += ["--devices", args.devices]
+    if args.name:
+        worker_cmd += ["--name", args.name]
+    worker = subprocess.Popen(worker_cmd, env=os.environ.copy(), start_new_session=True)
+    try:
+        return run_app(args)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait()
+
+
+EXTRA = [
+    ExtraCommand("serve", "start the dashboard app and a worker together", add_serve_arguments, run_serve),
+    ExtraCommand("app", "start the dashboard app (REST API, event streams, pages)", add_bind_arguments, run_app),
+    ExtraCommand("worker", "start a worker that runs queued jobs", add_worker_arguments, run_worker_command),
+]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return tinygpt_main(argv, extra=EXTRA)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""Errors that carry their HTTP status; one handler (app/main.py) renders them."""
+
+from __future__ import annotations
+
+
+class AppError(Exception):
+    status_code = 400
+
+    def __init__(self, message: str, *, field: str | None = None, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        if status_code is not None:
+            self.status_code = status_code
+
+    def detail(self) -> list[dict] | str:
+        if self.field:
+            return [{"loc": ["body", self.field], "msg": self.message, "type": "value_error"}]
+        return self.message
+
+
+class NotFound(AppError):
+    status_code = 404
+
+
+class Conflict(AppError):
+    status_code = 409
+
+
+class Invalid(AppError):
+    """422 naming the field, shaped like FastAPI's own validation errors."""
+
+    status_code = 422
+
+
+class TooLarge(AppError):
+    status_code = 413

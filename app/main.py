@@ -1,0 +1,41 @@
+"""The FastAPI application: REST API, event streams (OpenAPI at /docs)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from .api import catalog, events, runs
+from .db import init_db
+from .errors import AppError
+from .services.hub import EventHub
+from .settings import Settings, get_settings
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        settings.home_dir.mkdir(parents=True, exist_ok=True)
+        init_db(settings)
+        app.state.settings = settings
+        app.state.hub = EventHub(settings)
+        app.state.hub.start()
+        yield
+        await app.state.hub.stop()
+
+    app = FastAPI(title="TinyGPT Dashboard", version="0.1.0", lifespan=lifespan)
+
+    @app.exception_handler(AppError)
+    async def app_error(request: Request, exc: AppError) -> JSONResponse:
+        return JSONResponse({"detail": exc.detail()}, status_code=exc.status_code)
+
+    app.include_router(runs.router)
+    app.include_router(events.router)
+    app.include_router(catalog.router)
+    app.include_router(catalog.health_router)
+    return app

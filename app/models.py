@@ -1,0 +1,309 @@
+"""Tables and API models. Per entity: Base (shared fields), Create/Update (input), the table,
+Public (output), so internal fields (worker, pid, paths, cancel flags) never leak."""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import field_validator
+from sqlalchemy import JSON, Column, Index, Text
+from sqlmodel import Field, SQLModel
+
+from tinygpt.device import check_device_name
+from tinygpt.presets import ARCHS, PRESETS
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class RunStatus(enum.StrEnum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+    crashed = "crashed"
+
+    @property
+    def finished(self) -> bool:
+        return self in FINISHED
+
+
+FINISHED = {RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled, RunStatus.crashed}
+
+
+class RunKind(enum.StrEnum):
+    train = "train"
+    benchmark = "benchmark"
+
+
+# -- runs -----------------------------------------------------------------------------------
+class RunConfig(SQLModel):
+    """The validated training options of a run (the JSON body of POST /api/runs, less name/tags/device)."""
+
+    preset: str
+    arch: str | None = None
+    dataset: str = "holmes"
+    precision: str = Field(default="auto", schema_extra={"enum": ["auto", "fp32", "bf16", "fp16"]})
+    steps: int = Field(default=1500, ge=1, le=10_000_000)
+    batch_size: int = Field(default=32, ge=1, le=4096)
+    lr: float = Field(default=1e-3, gt=0, le=1)
+    eval_every: int = Field(default=250, ge=1, le=10_000_000)
+    seed: int = Field(default=1337, ge=0, le=2**63 - 1)
+    threads: int | None = Field(default=None, ge=0, le=1024)
+    compile: bool = False
+    grad_accum: int = Field(default=1, ge=1, le=1024)
+    grad_checkpointing: bool = False
+    sample_prompt: str = Field(default="Holmes", max_length=1000)
+    resume: bool = True
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, v: str) -> str:
+        if v not in PRESETS:
+            raise ValueError(f"unknown preset {v!r}; choose one of {', '.join(PRESETS)}")
+        return v
+
+    @field_validator("arch")
+    @classmethod
+    def _known_arch(cls, v: str | None) -> str | None:
+        if v is not None and v not in ARCHS:
+            raise ValueError(f"unknown architecture {v!r}; choose one of {', '.join(ARCHS)}")
+        return v
+
+    @field_validator("precision")
+    @classmethod
+    def _known_precision(cls, v: str) -> str:
+        if v not in ("auto", "fp32", "bf16", "fp16"):
+            raise ValueError(f"unknown precision {v!r}; use auto, fp32, bf16 or fp16")
+        return v
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset_name(cls, v: str) -> str:
+        if not v or len(v) > 100:
+            raise ValueError("dataset name must be 1-100 characters")
+        return v
+
+
+class RunCreate(RunConfig):
+    """POST /api/runs. ``device`` may be a list: one run per device, same seed, one group."""
+
+    device: str | list[str] = "auto"
+    name: str | None = Field(default=None, max_length=200)
+    tags: list[str] = Field(default_factory=list, max_length=50)
+
+    @field_validator("device")
+    @classmethod
+    def _device_names(cls, v: str | list[str]) -> str | list[str]:
+        names = [v] if isinstance(v, str) else v
+        if not names:
+            raise ValueError("give at least one device")
+        if len(names) > 8:
+            raise ValueError("at most 8 devices at once")
+        checked = [check_device_name(n) for n in names]
+        return checked[0] if isinstance(v, str) else checked
+
+    @field_validator("tags")
+    @classmethod
+    def _tag_lengths(cls, v: list[str]) -> list[str]:
+        for tag in v:
+            if not 1 <= len(tag) <= 50:
+                raise ValueError("each tag must be 1-50 characters")
+        return v
+
+    def devices(self) -> list[str]:
+        return [self.device] if isinstance(self.device, str) else list(self.device)
+
+
+class RunUpdate(SQLModel):
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    tags: list[str] | None = Field(default=None, max_length=50)
+    notes: str | None = Field(default=None, max_length=20_000)
+
+
+class Run(SQLModel, table=True):
+    __tablename__ = "runs"
+    __table_args__ = (Index("ix_runs_status_id", "status", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str
+    kind: str = Field(default=RunKind.train)
+    status: str = Field(default=RunStatus.queued, index=True)
+    config: dict = Field(sa_column=Column(JSON, nullable=False))
+    requested_device: str = "auto"
+    device: str | None = None
+    device_info: dict | None = Field(default=None, sa_column=Column(JSON))
+    precision: str | None = None
+    params: int | None = None
+    worker: str | None = None
+    pid: int | None = None
+    attempt: int = 0
+    cancel_requested: bool = False
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+    error: str | None = Field(default=None, sa_column=Column(Text))
+    last_step: int = 0
+    best_val_loss: float | None = None
+    best_step: int | None = None
+    checkpoint_path: str | None = None
+    out_dir: str | None = None
+    tags: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    notes: str = ""
+    group_id: str | None = Field(default=None, index=True)
+
+
+class RunPublic(SQLModel):
+    id: int
+    name: str
+    kind: str
+    status: str
+    config: dict
+    requested_device: str
+    device: str | None
+    device_info: dict | None
+    precision: str | None
+    params: int | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    heartbeat_at: datetime | None
+    error: str | None
+    last_step: int
+    steps: int
+    best_val_loss: float | None
+    best_step: int | None
+    has_checkpoint: bool
+    tags: list[str]
+    notes: str
+    group_id: str | None
+    attempt: int
+
+    @classmethod
+    def of(cls, run: Run) -> RunPublic:
+        data: dict[str, Any] = run.model_dump()
+        data["steps"] = int(run.config.get("steps", 0))
+        data["has_checkpoint"] = bool(run.checkpoint_path)
+        return cls.model_validate(data)
+
+
+class RunsPage(SQLModel):
+    items: list[RunPublic]
+    total: int
+    offset: int
+    limit: int
+
+
+# -- metrics, samples, events -----------------------------------------------------------------
+class Metric(SQLModel, table=True):
+    __tablename__ = "metrics"
+    __table_args__ = (Index("ix_metrics_run_step", "run_id", "step"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", ondelete="CASCADE")
+    step: int
+    train_loss: float
+    val_loss: float | None = None
+    lr: float
+    tokens_per_sec: float
+    elapsed_sec: float
+    tokens_seen: int
+    epochs: float
+    peak_mem_mib: float
+
+
+class MetricPublic(SQLModel):
+    step: int
+    train_loss: float
+    val_loss: float | None
+    lr: float
+    tokens_per_sec: float
+    elapsed_sec: float
+    tokens_seen: int
+    epochs: float
+    peak_mem_mib: float
+
+
+class Sample(SQLModel, table=True):
+    __tablename__ = "samples"
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", index=True, ondelete="CASCADE")
+    step: int
+    prompt: str = Field(sa_column=Column(Text, nullable=False))
+    text: str = Field(sa_column=Column(Text, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class SamplePublic(SQLModel):
+    step: int
+    prompt: str
+    text: str
+    created_at: datetime
+
+
+class EventType(enum.StrEnum):
+    created = "created"
+    status = "status"
+    metric = "metric"
+    sample = "sample"
+    log = "log"
+
+
+class Event(SQLModel, table=True):
+    """Append-only outbox: every change anyone may watch, in order. Its id is the SSE event id."""
+
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_run_id_id", "run_id", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int | None = Field(default=None)
+    type: str
+    data: dict = Field(sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+# -- datasets and benchmarks -------------------------------------------------------------------
+class Dataset(SQLModel, table=True):
+    __tablename__ = "datasets"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(unique=True, index=True)
+    sha256: str
+    bytes: int
+    chars: int
+    path: str
+    builtin: bool = False
+    tokenizers: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class DatasetPublic(SQLModel):
+    name: str
+    sha256: str
+    bytes: int
+    chars: int
+    builtin: bool
+    tokenizers: list
+    created_at: datetime
+
+
+class BenchmarkResult(SQLModel, table=True):
+    __tablename__ = "benchmark_results"
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", index=True, ondelete="CASCADE")
+    preset: str
+    device: str
+    precision: str
+    batch_size: int
+    threads: int | None = None
+    tokens_per_sec: float | None = None
+    ms_per_step: float | None = None
+    peak_mem_mib: float | None = None
+    oom: bool = False

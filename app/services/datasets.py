@@ -1,0 +1,101 @@
+"""Datasets: the built-in Holmes corpus and uploaded UTF-8 text files."""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Protocol
+
+from sqlmodel import Session, select
+
+from ..errors import Invalid, NotFound, TooLarge
+from ..models import Dataset
+from ..settings import Settings
+
+HOLMES = "holmes"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+CHUNK = 1 << 20
+
+
+class AsyncReadable(Protocol):
+    async def read(self, size: int = -1) -> bytes: ...
+
+
+def dataset_path(session: Session, *, name: str, settings: Settings) -> Path:
+    """Where a dataset's text is (the built-in Holmes path may not exist yet: the job downloads it)."""
+    if name == HOLMES:
+        return settings.holmes_corpus()
+    ds = session.exec(select(Dataset).where(Dataset.name == name)).first()
+    if ds is None:
+        raise NotFound(f"no dataset named {name!r}")
+    return Path(ds.path)
+
+
+def check_dataset_exists(session: Session, *, name: str) -> None:
+    if name == HOLMES:
+        return
+    if session.exec(select(Dataset.id).where(Dataset.name == name)).first() is None:
+        raise Invalid(f"unknown dataset {name!r}; upload it first or use 'holmes'", field="dataset")
+
+
+def list_datasets(session: Session, *, settings: Settings) -> list[dict]:
+    holmes = settings.holmes_corpus()
+    builtin = {
+        "name": HOLMES, "sha256": "", "bytes": holmes.stat().st_size if holmes.exists() else 0, "chars": 0,
+        "builtin": True, "tokenizers": [], "created_at": None, "available": holmes.exists(),
+    }
+    rows = session.exec(select(Dataset).order_by(Dataset.name)).all()
+    return [builtin] + [{**r.model_dump(exclude={"id", "path"}), "available": Path(r.path).exists()} for r in rows]
+
+
+async def upload_dataset(session: Session, *, name: str, source: AsyncReadable, settings: Settings) -> Dataset:
+    """Stream an upload to disk, checking size and UTF-8 as it arrives; nothing is kept on failure."""
+    if not NAME_RE.match(name) or name == HOLMES:
+        raise Invalid(
+            "dataset name must be 1-64 letters, digits, '.', '_' or '-', start with a letter or digit, and not be 'holmes'",
+            field="name",
+        )
+    if session.exec(select(Dataset.id).where(Dataset.name == name)).first() is not None:
+        raise Invalid(f"a dataset named {name!r} already exists", field="name")
+    limit = int(settings.max_upload_mb * 1_000_000)
+    settings.datasets_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=settings.datasets_dir, prefix=".upload-")
+    tmp = Path(tmp_name)
+    digest, size, chars = hashlib.sha256(), 0, 0
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        with os.fdopen(fd, "wb") as out:
+            while chunk := await source.read(CHUNK):
+                size += len(chunk)
+                if size > limit:
+                    raise TooLarge(f"file is larger than the upload limit of {settings.max_upload_mb:g} MB", field="file")
+                try:
+                    text = decoder.decode(chunk)
+                except UnicodeDecodeError as exc:
+                    raise Invalid(f"file is not UTF-8 text (bad byte near offset {size - len(chunk) + exc.start})",
+                                  field="file") from None
+                if "\x00" in text:
+                    raise Invalid("file is not text (it contains NUL bytes)", field="file")
+                chars += len(text)
+                digest.update(chunk)
+                out.write(chunk)
+            try:
+                decoder.decode(b"", final=True)
+            except UnicodeDecodeError:
+                raise Invalid("file is not UTF-8 text (it ends inside a character)", field="file") from None
+        if chars == 0 or not tmp.read_text(encoding="utf-8").strip():
+            raise Invalid("file is empty", field="file")
+        final = settings.datasets_dir / f"{name}.txt"
+        tmp.replace(final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    ds = Dataset(name=name, sha256=digest.hexdigest(), bytes=size, chars=chars, path=str(final))
+    session.add(ds)
+    session.commit()
+    session.refresh(ds)
+    return ds

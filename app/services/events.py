@@ -1,0 +1,37 @@
+"""The event outbox: written in the same transaction as the change it reports, read by the SSE streams."""
+
+from __future__ import annotations
+
+from sqlmodel import Session, col, select
+
+from ..models import Event, EventType
+
+RUN_LIST_TYPES = (EventType.created, EventType.status)
+
+
+def record_event(session: Session, *, run_id: int | None, type: EventType, data: dict) -> Event:
+    event = Event(run_id=run_id, type=type, data=data)
+    session.add(event)
+    return event
+
+
+def run_events_after(session: Session, *, run_id: int, after_id: int, limit: int = 1000) -> list[Event]:
+    stmt = (
+        select(Event).where(Event.run_id == run_id, col(Event.id) > after_id).order_by(col(Event.id)).limit(limit)
+    )
+    return list(session.exec(stmt))
+
+
+def list_events_after(session: Session, *, after_id: int, limit: int = 1000) -> list[Event]:
+    stmt = (
+        select(Event)
+        .where(col(Event.type).in_([t.value for t in RUN_LIST_TYPES]), col(Event.id) > after_id)
+        .order_by(col(Event.id))
+        .limit(limit)
+    )
+    return list(session.exec(stmt))
+
+
+def latest_event_id(session: Session) -> int:
+    last = session.exec(select(Event.id).order_by(col(Event.id).desc()).limit(1)).first()
+    return last or 0

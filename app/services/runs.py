@@ -1,0 +1,263 @@
+"""Runs: create, list, read, update, delete, cancel; metrics, samples and comparisons."""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+import uuid
+from functools import lru_cache
+from pathlib import Path
+
+from sqlalchemy import delete as sa_delete
+from sqlalchemy import func
+from sqlmodel import Session, col, select
+
+from tinygpt.device import available_devices
+
+from ..errors import Conflict, Invalid, NotFound
+from ..models import (
+    BenchmarkResult,
+    Event,
+    EventType,
+    Metric,
+    MetricPublic,
+    Run,
+    RunCreate,
+    RunPublic,
+    RunsPage,
+    RunStatus,
+    RunUpdate,
+    Sample,
+)
+from ..settings import Settings
+from .datasets import check_dataset_exists
+from .events import record_event
+
+METRIC_FIELDS = list(MetricPublic.model_fields)
+
+
+@lru_cache
+def machine_devices() -> tuple[dict, ...]:
+    """This machine's devices (probed once per process: cheap after the first call)."""
+    return tuple(available_devices())
+
+
+def check_device_available(name: str) -> None:
+    if name == "auto":
+        return
+    devices = {d["device"]: d for d in machine_devices()}
+    if name in devices and devices[name]["available"]:
+        return
+    family = name.split(":")[0]
+    if family == "cuda" and any(d["device"].startswith("cuda:") and d["available"] for d in devices.values()):
+        if name == "cuda":
+            return
+        raise Invalid(f"device {name!r} does not exist on this machine", field="device")
+    reason = devices.get(family, {}).get("reason") or "not found"
+    raise Invalid(f"device {name!r} is not available on this machine: {reason}", field="device")
+
+
+def run_summary(run: Run) -> dict:
+    """What run-list events carry."""
+    return {"id": run.id, "name": run.name, "status": run.status, "device": run.device or run.requested_device}
+
+
+def set_status(session: Session, run: Run, status: RunStatus, **fields: object) -> None:
+    """Change a run's status and record the event in the same transaction."""
+    run.status = status
+    for key, value in fields.items():
+        setattr(run, key, value)
+    session.add(run)
+    session.flush()
+    record_event(session, run_id=run.id, type=EventType.status,
+                 data={**run_summary(run), "error": run.error, "best_val_loss": run.best_val_loss,
+                       "best_step": run.best_step, "last_step": run.last_step})
+
+
+def create_runs(session: Session, *, body: RunCreate, settings: Settings) -> list[Run]:
+    if body.steps > settings.max_steps:
+        raise Invalid(f"steps must be at most {settings.max_steps}", field="steps")
+    devices = body.devices()
+    for name in devices:
+        check_device_available(name)
+    check_dataset_exists(session, name=body.dataset)
+    config = body.model_dump(exclude={"device", "name", "tags"})
+    group = uuid.uuid4().hex[:12] if len(devices) > 1 else None
+    runs = []
+    for device in devices:
+        base = body.name or f"{body.preset}-{body.dataset}"
+        name = f"{base} [{device}]" if group else base
+        run = Run(name=name, config=config, requested_device=device, tags=body.tags, group_id=group)
+        session.add(run)
+        session.flush()
+        run.out_dir = str(settings.runs_dir / str(run.id))
+        record_event(session, run_id=run.id, type=EventType.created, data=run_summary(run))
+        runs.append(run)
+    session.commit()
+    return runs
+
+
+def get_run(session: Session, *, run_id: int) -> Run:
+    run = session.get(Run, run_id)
+    if run is None:
+        raise NotFound(f"run {run_id} does not exist")
+    return run
+
+
+def list_runs(
+    session: Session,
+    *,
+    status: RunStatus | None = None,
+    device: str | None = None,
+    tag: str | None = None,
+    group: str | None = None,
+    offset: int = 0,
+    limit: int = 50,
+) -> RunsPage:
+    stmt = select(Run)
+    if status:
+        stmt = stmt.where(Run.status == status)
+    if device:
+        stmt = stmt.where((Run.device == device) | (Run.requested_device == device))
+    if group:
+        stmt = stmt.where(Run.group_id == group)
+    runs = list(session.exec(stmt.order_by(col(Run.id).desc())))
+    if tag:  # tags are a JSON list: filtered here, portable across SQLite and PostgreSQL
+        runs = [r for r in runs if tag in (r.tags or [])]
+    total = len(runs)
+    items = [RunPublic.of(r) for r in runs[offset : offset + limit]]
+    return RunsPage(items=items, total=total, offset=offset, limit=limit)
+
+
+def update_run(session: Session, *, run_id: int, body: RunUpdate) -> Run:
+    run = get_run(session, run_id=run_id)
+    changes = body.model_dump(exclude_unset=True, exclude_none=True)
+    for key, value in changes.items():
+        setattr(run, key, value)
+    session.add(run)
+    session.commit()
+    session.refresh(run)
+    return run
+
+
+def delete_run(session: Session, *, run_id: int) -> None:
+    run = get_run(session, run_id=run_id)
+    if run.status == RunStatus.running:
+        raise Conflict(f"run {run_id} is running; cancel it first")
+    for table in (Metric, Sample, BenchmarkResult, Event):
+        session.exec(sa_delete(table).where(table.run_id == run_id))  # type: ignore[attr-defined]
+    session.delete(run)
+    session.commit()
+
+
+def cancel_run(session: Session, *, run_id: int) -> Run:
+    run = get_run(session, run_id=run_id)
+    if RunStatus(run.status).finished:
+        raise Conflict(f"run {run_id} has already finished ({run.status})")
+    if run.status == RunStatus.queued:
+        set_status(session, run, RunStatus.cancelled, finished_at=_now())
+    else:
+        run.cancel_requested = True
+        session.add(run)
+        record_event(session, run_id=run.id, type=EventType.log, data={"message": "cancel requested"})
+    session.commit()
+    session.refresh(run)
+    return run
+
+
+def _now():  # noqa: ANN202
+    from ..models import utcnow
+
+    return utcnow()
+
+
+def run_metrics(session: Session, *, run_id: int) -> list[Metric]:
+    get_run(session, run_id=run_id)
+    return list(session.exec(select(Metric).where(Metric.run_id == run_id).order_by(col(Metric.step), col(Metric.id))))
+
+
+def metrics_csv(metrics: list[Metric]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=METRIC_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for m in metrics:
+        row = m.model_dump(include=set(METRIC_FIELDS))
+        row["val_loss"] = "" if m.val_loss is None else m.val_loss
+        writer.writerow(row)
+    return buf.getvalue()
+
+
+def run_samples(session: Session, *, run_id: int) -> list[Sample]:
+    get_run(session, run_id=run_id)
+    return list(session.exec(select(Sample).where(Sample.run_id == run_id).order_by(col(Sample.step), col(Sample.id))))
+
+
+def checkpoint_file(session: Session, *, run_id: int, settings: Settings) -> Path:
+    """The best checkpoint, only if the database points to it and it lies inside $TINYGPT_HOME."""
+    run = get_run(session, run_id=run_id)
+    if not run.checkpoint_path:
+        raise NotFound(f"run {run_id} has no checkpoint yet")
+    path = Path(run.checkpoint_path).resolve()
+    if not path.is_relative_to(settings.home_dir.resolve()) or not path.is_file():
+        raise NotFound(f"run {run_id}'s checkpoint file is missing")
+    return path
+
+
+def count_runs(session: Session) -> int:
+    return session.exec(select(func.count()).select_from(Run)).one()
+
+
+# -- comparison ---------------------------------------------------------------------------------
+def compare_runs(session: Session, *, ids: list[int]) -> dict:
+    """Aligned metrics, final/best values, tok/s ratios and the largest gap between loss curves."""
+    if len(ids) < 2:
+        raise Invalid("give at least two run ids to compare", field="ids")
+    runs = [get_run(session, run_id=i) for i in ids]
+    series = {r.id: run_metrics(session, run_id=r.id) for r in runs}
+    summaries = []
+    for run in runs:
+        rows = series[run.id]
+        evals = [m for m in rows if m.val_loss is not None]
+        rates = [m.tokens_per_sec for m in rows if m.tokens_per_sec > 0]
+        summaries.append({
+            "id": run.id,
+            "name": run.name,
+            "device": run.device or run.requested_device,
+            "precision": run.precision,
+            "status": run.status,
+            "final_train_loss": evals[-1].train_loss if evals else None,
+            "final_val_loss": evals[-1].val_loss if evals else None,
+            "best_val_loss": min((m.val_loss for m in evals), default=None),
+            "best_step": min(evals, key=lambda m: m.val_loss).step if evals else None,
+            "tokens_per_sec": statistics.median(rates) if rates else None,
+            "training_sec": rows[-1].elapsed_sec if rows else None,
+            "peak_mem_mib": max((m.peak_mem_mib for m in rows), default=None),
+        })
+    base = summaries[0]["tokens_per_sec"]
+    for s in summaries:
+        s["speedup_vs_first"] = s["tokens_per_sec"] / base if base and s["tokens_per_sec"] else None
+
+    val_by_run = [{m.step: m for m in series[r.id] if m.val_loss is not None} for r in runs]
+    shared = sorted(set.intersection(*(set(v) for v in val_by_run)))
+    aligned = [
+        {"step": step, "runs": [{"train_loss": v[step].train_loss, "val_loss": v[step].val_loss} for v in val_by_run]}
+        for step in shared
+    ]
+    max_val_gap = max_train_gap = None
+    if shared:
+        max_val_gap = max(max(v[s].val_loss for v in val_by_run) - min(v[s].val_loss for v in val_by_run) for s in shared)
+        max_train_gap = max(
+            max(v[s].train_loss for v in val_by_run) - min(v[s].train_loss for v in val_by_run) for s in shared
+        )
+    configs = [r.config | {"device": r.requested_device} for r in runs]
+    keys = sorted(set().union(*configs))
+    differences = {k: [c.get(k) for c in configs] for k in keys if len({repr(c.get(k)) for c in configs}) > 1}
+    return {
+        "runs": summaries,
+        "shared_eval_steps": shared,
+        "aligned": aligned,
+        "max_val_loss_gap": max_val_gap,
+        "max_train_loss_gap": max_train_gap,
+        "config_differences": differences,
+    }

@@ -1,0 +1,59 @@
+"""The one settings object, read once from the environment (``TINYGPT_*``) and shared by app and worker.
+
+Every field is documented in the README's settings table (a test checks it).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TINYGPT_", extra="ignore")
+
+    home: Path = Field(default=Path("~/.tinygpt"), description="data folder: database, runs, datasets, caches")
+    database_url: str | None = Field(default=None, description="SQLAlchemy URL; default sqlite:///$TINYGPT_HOME/tinygpt.db")
+    holmes_path: Path | None = Field(default=None, description="Holmes corpus file used instead of a download")
+    host: str = Field(default="127.0.0.1", description="address the app binds to")
+    port: int = Field(default=8000, description="port the app binds to")
+    max_upload_mb: float = Field(default=50.0, description="largest dataset upload, in MB")
+    max_steps: int = Field(default=1_000_000, description="largest `steps` a run may ask for")
+    sample_max_tokens: int = Field(default=2000, description="largest `max_tokens` of a sample request")
+    heartbeat_sec: float = Field(default=2.0, description="how often a running job writes its heartbeat")
+    stale_after_sec: float = Field(default=10.0, description="a running run whose heartbeat is older is crashed")
+    max_attempts: int = Field(default=3, description="a run that crashed this many times is not re-queued again")
+    worker_poll_sec: float = Field(default=0.5, description="how often an idle worker looks for queued runs")
+    event_poll_sec: float = Field(default=0.1, description="how often event streams look for new events")
+    keepalive_sec: float = Field(default=15.0, description="comment keep-alive interval on event streams")
+
+    @property
+    def home_dir(self) -> Path:
+        return self.home.expanduser()
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.home_dir / 'tinygpt.db'}"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.home_dir / "runs"
+
+    @property
+    def datasets_dir(self) -> Path:
+        return self.home_dir / "datasets"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.home_dir / "cache"
+
+    def holmes_corpus(self) -> Path:
+        return self.holmes_path.expanduser() if self.holmes_path else self.datasets_dir / "holmes.txt"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,72 @@
+"""Shared fixtures: the Holmes corpus (read through TINYGPT_HOLMES_PATH), slices of it,
+a small tokenizer trained once per session, and a factory for tiny training configs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from tinygpt.data import Splits
+from tinygpt.tokenizer import Tokenizer
+from tinygpt.train import TrainConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_HOLMES = ROOT.parent / "shared" / "data" / "holmes.txt"
+
+
+@pytest.fixture(scope="session")
+def holmes_path() -> Path:
+    path = Path(os.environ.get("TINYGPT_HOLMES_PATH") or DEFAULT_HOLMES)
+    if not path.exists():
+        pytest.fail(f"Holmes corpus not found at {path}: set TINYGPT_HOLMES_PATH")
+    return path
+
+
+@pytest.fixture(scope="session")
+def holmes_text(holmes_path: Path) -> str:
+    return holmes_path.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="session")
+def slice_path(holmes_text: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 300,000 characters of the corpus, as a file."""
+    path = tmp_path_factory.mktemp("corpus") / "holmes-slice.txt"
+    path.write_text(holmes_text[:300_000], encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def small_tokenizer(slice_path: Path) -> Tokenizer:
+    return Tokenizer.train(slice_path.read_text(encoding="utf-8"), 512)
+
+
+@pytest.fixture(scope="session")
+def slice_tokens(slice_path: Path, small_tokenizer: Tokenizer) -> torch.Tensor:
+    return torch.tensor(small_tokenizer.encode(slice_path.read_text(encoding="utf-8")))
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture
+def tiny_config(slice_path: Path):
+    """Factory: a tiny-preset config on the corpus slice with a 512-token vocabulary."""
+
+    def make(**overrides: object) -> TrainConfig:
+        base = dict(
+            preset="tiny", corpus=str(slice_path), device="cpu", precision="fp32", steps=40, batch_size=8,
+            eval_every=20, eval_batches=4, log_every=5, seed=1337, vocab_size=512, sample_tokens=8, threads=2,
+        )
+        return TrainConfig(**{**base, **overrides})
+
+    return make
+
+
+@pytest.fixture
+def splits(slice_tokens: torch.Tensor) -> Splits:
+    return Splits.from_tokens(slice_tokens, 128)

@@ -1,0 +1,76 @@
+import logging
+
+import pytest
+import torch
+
+from tinygpt import device as dev
+
+
+def test_cpu_and_auto_resolve_to_cpu_here():
+    assert dev.resolve_device("cpu") == torch.device("cpu")
+    if not torch.cuda.is_available() and not dev.mps_available():
+        assert dev.resolve_device("auto") == torch.device("cpu")
+
+
+@pytest.mark.parametrize("name", ["cuda", "cuda:3", "mps", "xla"])
+def test_missing_backend_falls_back_to_cpu_with_a_warning(name, caplog, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(dev, "mps_available", lambda: False)
+    monkeypatch.setattr(dev, "xla_available", lambda: False)
+    with caplog.at_level(logging.WARNING, logger="tinygpt.device"):
+        assert dev.resolve_device(name) == torch.device("cpu")
+    assert "running on the CPU instead" in caplog.text
+
+
+@pytest.mark.parametrize("name", ["gpu", "cuda:x", "", "tpu"])
+def test_unknown_device_names_are_errors(name):
+    with pytest.raises(ValueError, match="unknown device"):
+        dev.resolve_device(name)
+
+
+def test_describe_cpu():
+    info = dev.describe_device(torch.device("cpu"))
+    assert info["torch"] == torch.__version__
+    assert info["type"] == "cpu" and info["threads"] == torch.get_num_threads() and info["name"]
+
+
+def test_available_devices_lists_cpu_and_says_why_others_are_missing():
+    devices = {d["device"]: d for d in dev.available_devices()}
+    assert devices["cpu"]["available"] and devices["cpu"]["description"]["type"] == "cpu"
+    for d in devices.values():
+        assert d["available"] or d["reason"]
+
+
+def test_precision_resolution(monkeypatch):
+    cpu = torch.device("cpu")
+    assert dev.resolve_precision("fp32", cpu) == "fp32"
+    assert dev.resolve_precision("bf16", cpu) == "bf16"
+    monkeypatch.setattr(dev, "cpu_prefers_bf16", lambda: True)
+    assert dev.resolve_precision("auto", cpu) == "bf16"
+    monkeypatch.setattr(dev, "cpu_prefers_bf16", lambda: False)
+    assert dev.resolve_precision("auto", cpu) == "fp32"
+    with pytest.raises(ValueError, match="unknown precision 'fp8'"):
+        dev.resolve_precision("fp8", cpu)
+
+
+def test_cpu_preference_probe_returns_a_bool():
+    dev.cpu_prefers_bf16.cache_clear()
+    assert dev.cpu_prefers_bf16() in (True, False)
+
+
+def test_autocast_bf16_changes_matmul_dtype():
+    a = torch.randn(4, 4)
+    with dev.autocast(torch.device("cpu"), "bf16"):
+        assert (a @ a).dtype == torch.bfloat16
+    with dev.autocast(torch.device("cpu"), "fp32"):
+        assert (a @ a).dtype == torch.float32
+
+
+def test_threads_and_peak_memory():
+    before = torch.get_num_threads()
+    try:
+        dev.set_threads(1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    assert dev.peak_memory_mib(torch.device("cpu")) > 10

@@ -1,0 +1,138 @@
+import math
+
+import pytest
+import torch
+
+from tinygpt.info import untrained_loss
+from tinygpt.model import GPT, GPTConfig, KVCache
+from tinygpt.presets import ARCHS, PRESETS, list_presets, model_config, parameter_count
+
+ARCH_NAMES = list(ARCHS)
+
+
+def small_config(arch: str, **kw) -> GPTConfig:
+    return model_config("tiny", arch, vocab_size=300, context=32, dropout=0.0, **kw)
+
+
+def test_holmes_is_the_series_model_exactly():
+    parts = GPT(model_config("holmes")).param_breakdown()
+    assert parts == {
+        "embedding": 1_048_576,
+        "position_embedding": 0,
+        "block": 788_736,
+        "block_attention": 262_144,
+        "block_mlp": 525_568,
+        "block_norms": 1_024,
+        "blocks": 6 * 788_736,
+        "final_norm": 512,
+        "total": 5_781_504,
+    }
+    cfg = model_config("holmes")
+    assert (cfg.pos, cfg.norm, cfg.mlp, cfg.dropout, cfg.context) == ("rope", "layernorm", "gelu", 0.1, 256)
+
+
+@pytest.mark.parametrize("arch", ["classic", "modern"])
+def test_cpu_preset_sizes(arch):
+    assert 400_000 <= parameter_count("tiny", arch) <= 650_000
+    assert 2_400_000 <= parameter_count("student", arch) <= 2_800_000
+    assert parameter_count("student", arch) < parameter_count("small", arch) < parameter_count("holmes", arch)
+
+
+def test_presets_listed_with_counts():
+    listed = {p["name"]: p for p in list_presets()}
+    assert set(listed) == set(PRESETS)
+    assert listed["holmes"]["params"]["series"] == 5_781_504
+    assert listed["holmes"]["default_arch"] == "series"
+
+
+def test_arch_switches():
+    classic, modern = model_config("tiny", "classic"), model_config("tiny", "modern")
+    assert (classic.pos, classic.norm, classic.mlp, classic.bias) == ("learned", "layernorm", "gelu", True)
+    assert (modern.pos, modern.norm, modern.mlp, modern.bias) == ("rope", "rmsnorm", "swiglu", False)
+    m = GPT(modern)
+    assert all(n.endswith("weight") for n, _ in m.named_parameters())  # no biases anywhere
+
+
+def test_bad_configs_name_the_problem():
+    with pytest.raises(ValueError, match="divisible by n_heads"):
+        GPTConfig(d_model=100, n_heads=3)
+    with pytest.raises(ValueError, match="norm must be one of"):
+        GPTConfig(norm="batchnorm")
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        model_config("huge")
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_untrained_loss_is_near_ln_vocab(arch):
+    torch.manual_seed(0)
+    model = GPT(model_config("tiny", arch))
+    assert abs(untrained_loss(model) - math.log(4096)) < 0.1
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_forward_shapes_and_tied_embedding(arch):
+    model = GPT(small_config(arch))
+    x = torch.randint(300, (2, 16))
+    logits, loss = model(x, x)
+    assert logits.shape == (2, 16, 300) and loss.ndim == 0
+    assert model.head.weight is model.tok_emb.weight
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_attention_is_causal(arch):
+    torch.manual_seed(0)
+    model = GPT(small_config(arch)).eval()
+    x = torch.randint(300, (1, 20))
+    y = x.clone()
+    y[0, 12:] = (y[0, 12:] + 1) % 300
+    with torch.no_grad():
+        a, _ = model(x)
+        b, _ = model(y)
+    torch.testing.assert_close(a[0, :12], b[0, :12])
+    assert not torch.allclose(a[0, 12:], b[0, 12:])
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_kv_cache_gives_the_same_logits_as_full_forward(arch):
+    torch.manual_seed(0)
+    cfg = small_config(arch)
+    model = GPT(cfg).eval()
+    x = torch.randint(300, (1, 24))
+    with torch.no_grad():
+        full, _ = model(x)
+        cache = KVCache(cfg, 1, torch.device("cpu"), torch.float32)
+        first, _ = model(x[:, :10], cache=cache, start_pos=0)
+        steps = [model(x[:, i : i + 1], cache=cache, start_pos=i)[0] for i in range(10, 24)]
+    torch.testing.assert_close(torch.cat([first, *steps], dim=1), full, atol=1e-5, rtol=1e-4)
+
+
+def test_init_scales():
+    torch.manual_seed(0)
+    model = GPT(model_config("holmes"))
+    assert model.tok_emb.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    assert model.blocks[0].attn.qkv.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    expected = 0.02 / math.sqrt(2 * 6)
+    assert model.blocks[0].attn.proj.weight.std().item() == pytest.approx(expected, rel=0.05)
+    assert model.blocks[0].mlp.down.weight.std().item() == pytest.approx(expected, rel=0.05)
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_gradient_checkpointing_gives_the_same_gradients(arch):
+    torch.manual_seed(0)
+    model = GPT(small_config(arch))
+    x = torch.randint(300, (2, 16))
+    _, loss = model(x, x)
+    loss.backward()
+    plain = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model.gradient_checkpointing = True
+    _, loss = model(x, x)
+    loss.backward()
+    for g, p in zip(plain, model.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, g)
+
+
+def test_sequence_longer_than_context_is_rejected():
+    model = GPT(small_config("series"))
+    with pytest.raises(ValueError, match="exceeds the context of 32"):
+        model(torch.zeros(1, 33, dtype=torch.long))

@@ -1,0 +1,338 @@
+"""End to end: the real app (uvicorn) and real workers as processes, on a temporary home and database."""
+
+from __future__ import annotations
+
+import io
+import signal
+import time
+
+import pytest
+import torch
+
+from tinygpt.data import encode_corpus, load_or_train_tokenizer
+
+from .service_helpers import AppServer, Home, Worker, read_events, wait_for
+
+TINY = {"preset": "tiny", "device": "cpu", "precision": "fp32", "batch_size": 4, "seed": 7}
+
+
+@pytest.fixture(scope="session")
+def warm_cache(slice_path, tmp_path_factory):
+    """Train the tiny preset's 4,096-token tokenizer on the slice once; every home copies it."""
+    cache = tmp_path_factory.mktemp("service-cache")
+    text = slice_path.read_text(encoding="utf-8")
+    tok = load_or_train_tokenizer(text, 4096, cache)
+    encode_corpus(text, tok, cache)
+    return cache
+
+
+def make_home(tmp_path, slice_path, warm_cache, **extra_env) -> Home:
+    home = Home(tmp_path / "home", slice_path, {k: str(v) for k, v in extra_env.items()})
+    home.path.mkdir()
+    home.seed_cache(warm_cache)
+    return home
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory, slice_path, warm_cache):
+    """One app and one worker for the tests that need no faults."""
+    home = make_home(tmp_path_factory.mktemp("shared"), slice_path, warm_cache, TINYGPT_MAX_UPLOAD_MB="0.5")
+    app = AppServer(home)
+    worker = Worker(home, "shared")
+    yield home, app
+    worker.stop()
+    app.stop()
+
+
+def create(client, **body) -> dict:
+    response = client.post("/api/runs", json={**TINY, **body})
+    assert response.status_code == 201, response.text
+    return response.json()[0]
+
+
+def run_status(client, run_id) -> str:
+    return client.get(f"/api/runs/{run_id}").json()["status"]
+
+
+# -- a run from creation to its end ------------------------------------------------------------
+def test_run_end_to_end_through_the_event_stream(shared):
+    home, app = shared
+    with app.client() as c:
+        run = create(c, steps=30, eval_every=10, name="e2e", tags=["smoke"])
+        assert run["status"] == "queued" and run["steps"] == 30 and run["tags"] == ["smoke"]
+        events = read_events(f"{app.url}/api/runs/{run['id']}/events")
+
+        ids = [e["id"] for e in events if "id" in e]
+        assert ids == sorted(ids) and len(ids) == len(set(ids))
+        assert events[-1]["event"] == "end"
+        statuses = [e["data"]["status"] for e in events if e["event"] == "status"]
+        assert statuses == ["running", "succeeded"]
+        metric_steps = [e["data"]["step"] for e in events if e["event"] == "metric"]
+        assert metric_steps == [0, 10, 20, 30]  # log_every = min(10, eval_every)
+        assert {e["data"]["step"] for e in events if e["event"] == "sample"} == {0, 10, 20, 30}
+
+        final = c.get(f"/api/runs/{run['id']}").json()
+        assert final["status"] == "succeeded" and final["last_step"] == 30 and final["has_checkpoint"]
+        assert final["device"] == "cpu" and final["precision"] == "fp32" and final["device_info"]["type"] == "cpu"
+        assert final["best_step"] == 30 and final["best_val_loss"] > 0
+        assert "worker" not in final and "pid" not in final and "checkpoint_path" not in final  # internal fields
+
+        metrics = c.get(f"/api/runs/{run['id']}/metrics").json()
+        assert [m["step"] for m in metrics] == [0, 10, 20, 30]
+        assert metrics[-1]["val_loss"] < metrics[0]["val_loss"]
+        csv_text = c.get(f"/api/runs/{run['id']}/metrics", params={"format": "csv"}).text
+        lines = csv_text.strip().splitlines()
+        assert lines[0] == "step,train_loss,val_loss,lr,tokens_per_sec,elapsed_sec,tokens_seen,epochs,peak_mem_mib"
+        assert len(lines) == 5
+
+        samples = c.get(f"/api/runs/{run['id']}/samples").json()
+        assert [s["step"] for s in samples] == [0, 10, 20, 30] and all(s["text"].startswith("Holmes") for s in samples)
+
+        ckpt = c.get(f"/api/runs/{run['id']}/checkpoint")
+        assert ckpt.status_code == 200
+        state = torch.load(io.BytesIO(ckpt.content), weights_only=False)
+        assert state["step"] == 30 and state["model_config"]["vocab_size"] == 4096
+
+        # reconnecting with Last-Event-ID gives exactly the events after it
+        middle = ids[len(ids) // 2]
+        again = read_events(f"{app.url}/api/runs/{run['id']}/events", last_event_id=middle)
+        assert [e["id"] for e in again if "id" in e] == [i for i in ids if i > middle]
+
+        # rename, tag, filter
+        patched = c.patch(f"/api/runs/{run['id']}", json={"name": "renamed", "tags": ["a", "b"], "notes": "n"}).json()
+        assert (patched["name"], patched["tags"], patched["notes"]) == ("renamed", ["a", "b"], "n")
+        assert [r["id"] for r in c.get("/api/runs", params={"tag": "b"}).json()["items"]] == [run["id"]]
+        assert c.get("/api/runs", params={"status": "succeeded", "limit": 1}).json()["limit"] == 1
+
+
+def test_sample_streams_tokens_from_the_best_checkpoint(shared):
+    home, app = shared
+    with app.client() as c:
+        run = create(c, steps=10, eval_every=10)
+        read_events(f"{app.url}/api/runs/{run['id']}/events")
+        body = {"prompt": "Holmes", "max_tokens": 12, "temperature": 0.8, "top_k": 40, "seed": 5}
+        texts = []
+        for _ in range(2):
+            with c.stream("POST", f"/api/runs/{run['id']}/sample", json=body) as response:
+                assert response.status_code == 200
+                raw = "".join(response.iter_text())
+            tokens = [line for line in raw.splitlines() if line.startswith("event: token")]
+            assert len(tokens) >= 1
+            assert "event: end" in raw
+            texts.append(raw.split("event: end")[1])
+        assert texts[0] == texts[1]  # same seed, same text
+        neighbours = c.get(f"/api/runs/{run['id']}/neighbors", params={"word": " the", "k": 3}).json()
+        assert len(neighbours) == 3 and all(-1 <= n["similarity"] <= 1 for n in neighbours)
+        bad = c.get(f"/api/runs/{run['id']}/neighbors", params={"word": "Sherlock Holmes said"})
+        assert bad.status_code == 422 and "not one" in bad.text
+
+
+def test_compare_two_runs_of_the_same_seed(shared):
+    home, app = shared
+    with app.client() as c:
+        response = c.post("/api/runs", json={**TINY, "steps": 20, "eval_every": 10, "device": ["cpu", "auto"]})
+        assert response.status_code == 201
+        pair = response.json()
+        assert len(pair) == 2 and pair[0]["group_id"] and pair[0]["group_id"] == pair[1]["group_id"]
+        for r in pair:
+            read_events(f"{app.url}/api/runs/{r['id']}/events")
+        group = c.get("/api/runs", params={"group": pair[0]["group_id"]}).json()
+        assert group["total"] == 2
+        result = c.get("/api/compare", params={"ids": f"{pair[0]['id']},{pair[1]['id']}"}).json()
+        assert result["shared_eval_steps"] == [0, 10, 20]
+        assert result["max_val_loss_gap"] < 1e-4  # same seed, same batches, same device type
+        assert result["config_differences"] == {"device": ["cpu", "auto"]}
+        assert all(r["tokens_per_sec"] > 0 and r["speedup_vs_first"] > 0 for r in result["runs"])
+
+
+def test_cancel_stops_within_two_seconds_and_keeps_data(shared):
+    home, app = shared
+    with app.client() as c:
+        run = create(c, steps=100_000, eval_every=20)
+        wait_for(lambda: c.get(f"/api/runs/{run['id']}").json()["best_step"], message="a best checkpoint")
+        t0 = time.monotonic()
+        assert c.post(f"/api/runs/{run['id']}/cancel").status_code == 200
+        wait_for(lambda: run_status(c, run["id"]) == "cancelled", timeout=10, interval=0.05, message="cancelled")
+        assert time.monotonic() - t0 < 2.0
+        final = c.get(f"/api/runs/{run['id']}").json()
+        assert final["has_checkpoint"] and final["error"] == "cancelled by request"
+        assert len(c.get(f"/api/runs/{run['id']}/metrics").json()) >= 2
+        assert c.get(f"/api/runs/{run['id']}/checkpoint").status_code == 200
+        assert c.post(f"/api/runs/{run['id']}/cancel").status_code == 409  # already finished
+        events = read_events(f"{app.url}/api/runs/{run['id']}/events")
+        assert events[-1]["event"] == "end"
+
+
+def test_failing_job_ends_failed_with_its_error(shared):
+    home, app = shared
+    with app.client() as c:
+        files = {"file": ("gone.txt", b"some text " * 100, "text/plain")}
+        assert c.post("/api/datasets", data={"name": "gone"}, files=files).status_code == 201
+        (home.path / "datasets" / "gone.txt").unlink()
+        run = create(c, steps=10, dataset="gone")
+        events = read_events(f"{app.url}/api/runs/{run['id']}/events", timeout=60)
+        final = c.get(f"/api/runs/{run['id']}").json()
+        assert final["status"] == "failed"
+        assert "dataset 'gone' file is missing" in final["error"]
+        assert events[-2]["data"]["status"] == "failed"
+        # the worker keeps serving
+        ok = create(c, steps=5, eval_every=5)
+        read_events(f"{app.url}/api/runs/{ok['id']}/events")
+        assert run_status(c, ok["id"]) == "succeeded"
+
+
+def test_delete_only_when_not_running(shared):
+    home, app = shared
+    with app.client() as c:
+        run = create(c, steps=100_000, eval_every=50)
+        wait_for(lambda: run_status(c, run["id"]) == "running", message="running")
+        response = c.delete(f"/api/runs/{run['id']}")
+        assert response.status_code == 409 and "cancel it first" in response.json()["detail"]
+        c.post(f"/api/runs/{run['id']}/cancel")
+        wait_for(lambda: run_status(c, run["id"]) == "cancelled", timeout=10, message="cancelled")
+        assert c.delete(f"/api/runs/{run['id']}").status_code == 204
+        assert c.get(f"/api/runs/{run['id']}").status_code == 404
+
+
+# -- bad input: 422 naming the field -----------------------------------------------------------
+@pytest.mark.parametrize("body, field, message", [
+    ({"preset": "huge"}, "preset", "unknown preset 'huge'"),
+    ({"steps": 0}, "steps", "greater than or equal to 1"),
+    ({"batch_size": "many"}, "batch_size", "valid integer"),
+    ({"lr": 0}, "lr", "greater than 0"),
+    ({"device": "gpu"}, "device", "unknown device 'gpu'"),
+    ({"device": "cuda:7"}, "device", "cuda:7"),
+    ({"precision": "fp8"}, "precision", "unknown precision"),
+    ({"dataset": "nope"}, "dataset", "unknown dataset 'nope'"),
+    ({"arch": "weird"}, "arch", "unknown architecture"),
+    ({"tags": ["x" * 51]}, "tags", "1-50 characters"),
+    ({"steps": 10_000_001}, "steps", "less than or equal"),
+])
+def test_bad_run_bodies_get_422_naming_the_field(shared, body, field, message):
+    home, app = shared
+    with app.client() as c:
+        before = c.get("/api/runs").json()["total"]
+        response = c.post("/api/runs", json={**TINY, "steps": 10, **body})
+        assert response.status_code == 422, response.text
+        detail = response.json()["detail"]
+        assert any(d["loc"][-1] == field or field in d["loc"] for d in detail), detail
+        assert message in response.text
+        assert c.get("/api/runs").json()["total"] == before  # nothing half-created
+
+
+def test_missing_preset_and_unknown_ids(shared):
+    home, app = shared
+    with app.client() as c:
+        response = c.post("/api/runs", json={"steps": 5})
+        assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "preset"]
+        assert c.get("/api/runs/999999").status_code == 404
+        assert c.get("/api/runs/999999/events").status_code == 404
+        assert c.post("/api/runs/999999/cancel").status_code == 404
+        assert c.get("/api/compare", params={"ids": "1"}).status_code == 422
+
+
+def test_dataset_uploads(shared):
+    home, app = shared
+    with app.client() as c:
+        ok = c.post("/api/datasets", data={"name": "poems"}, files={"file": ("p.txt", "Ünïcödé verse\n".encode(), "text/plain")})
+        assert ok.status_code == 201 and ok.json()["bytes"] == len("Ünïcödé verse\n".encode())
+        names = [d["name"] for d in c.get("/api/datasets").json()]
+        assert names[0] == "holmes" and "poems" in names
+        binary = c.post("/api/datasets", data={"name": "bin"}, files={"file": ("b.bin", b"\xff\xfe\x00\x01", "x")})
+        assert binary.status_code == 422 and "not UTF-8" in binary.text
+        big = c.post("/api/datasets", data={"name": "big"}, files={"file": ("big.txt", b"a" * 600_000, "text/plain")})
+        assert big.status_code == 413 and "upload limit of 0.5 MB" in big.text
+        dup = c.post("/api/datasets", data={"name": "poems"}, files={"file": ("p.txt", b"x", "text/plain")})
+        assert dup.status_code == 422 and "already exists" in dup.text
+        evil = c.post("/api/datasets", data={"name": "../etc"}, files={"file": ("p.txt", b"x", "text/plain")})
+        assert evil.status_code == 422
+        assert not list((home.path / "datasets").glob(".upload-*"))  # nothing left behind
+
+
+def test_presets_devices_health(shared):
+    home, app = shared
+    with app.client() as c:
+        presets = {p["name"]: p for p in c.get("/api/presets").json()}
+        assert presets["holmes"]["params"]["series"] == 5_781_504
+        devices = {d["device"]: d for d in c.get("/api/devices").json()}
+        assert devices["cpu"]["available"]
+        assert c.get("/healthz").json() == {"status": "ok"}
+        assert c.get("/openapi.json").status_code == 200
+
+
+# -- faults: the worker killed, stopped; two workers -------------------------------------------
+def test_worker_sigkill_mid_run_then_restart_resumes(tmp_path, slice_path, warm_cache):
+    home = make_home(tmp_path, slice_path, warm_cache)
+    app = AppServer(home)
+    worker = Worker(home, "w1")
+    try:
+        with app.client() as c:
+            run = create(c, steps=300, eval_every=20)
+            wait_for(lambda: c.get(f"/api/runs/{run['id']}").json()["last_step"] >= 45, timeout=120, message="step 45")
+            worker.signal(signal.SIGKILL)
+            worker.popen.wait()
+            before = c.get(f"/api/runs/{run['id']}/metrics").json()
+            assert before
+            time.sleep(1)
+            worker = Worker(home, "w1")
+            t0 = time.monotonic()
+            wait_for(lambda: run_status(c, run["id"]) in ("crashed", "queued", "running") and
+                     c.get(f"/api/runs/{run['id']}").json()["attempt"] == 2, timeout=30, message="re-claimed")
+            assert time.monotonic() - t0 < 5
+            events = read_events(f"{app.url}/api/runs/{run['id']}/events", timeout=240)
+            statuses = [e["data"]["status"] for e in events if e["event"] == "status"]
+            assert statuses == ["running", "crashed", "queued", "running", "succeeded"]
+            after = c.get(f"/api/runs/{run['id']}/metrics").json()
+            steps = [m["step"] for m in after]
+            assert steps == sorted(set(steps)) and steps[-1] == 300  # no step twice, none missing at the end
+            resumed_at = max(m["step"] for m in before if m["val_loss"] is not None and m["step"] > 0)
+            kept = {m["step"]: m for m in before if m["step"] <= resumed_at}
+            for m in after:
+                if m["step"] in kept:
+                    assert m == kept[m["step"]]  # earlier metrics kept as they were
+            assert any("resumed at step" in e["data"].get("message", "") for e in events if e["event"] == "log")
+    finally:
+        worker.stop()
+        app.stop()
+
+
+def test_worker_sigterm_requeues_and_next_worker_resumes(tmp_path, slice_path, warm_cache):
+    home = make_home(tmp_path, slice_path, warm_cache)
+    app = AppServer(home)
+    worker = Worker(home, "w1")
+    try:
+        with app.client() as c:
+            run = create(c, steps=200, eval_every=50)
+            wait_for(lambda: c.get(f"/api/runs/{run['id']}").json()["last_step"] >= 20, timeout=120, message="step 20")
+            assert worker.stop() == 0
+            stopped = c.get(f"/api/runs/{run['id']}").json()
+            assert stopped["status"] == "queued"
+            step = stopped["last_step"]
+            worker = Worker(home, "w2")
+            read_events(f"{app.url}/api/runs/{run['id']}/events", timeout=240)
+            final = c.get(f"/api/runs/{run['id']}").json()
+            assert final["status"] == "succeeded" and final["attempt"] == 2
+            log = [e["data"]["message"] for e in read_events(f"{app.url}/api/runs/{run['id']}/events")
+                   if e["event"] == "log"]
+            assert any(f"resumed at step {step}" in m or "resumed at step" in m for m in log)
+    finally:
+        worker.stop()
+        app.stop()
+
+
+def test_two_workers_never_take_the_same_run(tmp_path, slice_path, warm_cache):
+    home = make_home(tmp_path, slice_path, warm_cache)
+    app = AppServer(home)
+    workers = [Worker(home, "a"), Worker(home, "b")]
+    try:
+        with app.client() as c:
+            runs = [create(c, steps=5, eval_every=5) for _ in range(6)]
+            for r in runs:
+                events = read_events(f"{app.url}/api/runs/{r['id']}/events", timeout=180)
+                assert [e["data"]["status"] for e in events if e["event"] == "status"] == ["running", "succeeded"]
+            finals = [c.get(f"/api/runs/{r['id']}").json() for r in runs]
+            assert all(f["attempt"] == 1 and f["status"] == "succeeded" for f in finals)
+    finally:
+        for w in workers:
+            w.stop()
+        app.stop()

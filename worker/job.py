@@ -1,0 +1,204 @@
+"""One job, in its own process: ``python -m worker.job RUN_ID ATTEMPT``.
+
+Runs the ``tinygpt`` training loop for a claimed run and writes what happens to the
+database as it happens (metrics, samples, checkpoints, status), through the library's
+callbacks. A watcher thread writes the heartbeat, notices a cancel request (and
+interrupts the step at once) and exits if the worker that started it is gone.
+
+SIGTERM (sent by a worker that is shutting down) stops the job after the current
+step with ``last.pt`` saved, and puts the run back in the queue to resume.
+"""
+
+from __future__ import annotations
+
+import _thread
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+import traceback
+from pathlib import Path
+
+from sqlalchemy import delete
+from sqlmodel import col
+
+from app.db import init_db, session_scope
+from app.models import EventType, Metric, Run, RunStatus, Sample, utcnow
+from app.services.datasets import HOLMES, dataset_path
+from app.services.events import record_event
+from app.services.runs import set_status
+from app.settings import Settings, get_settings
+from tinygpt.gutenberg import download_holmes
+from tinygpt.train import Callbacks, StepMetrics, TrainConfig, Trainer
+from tinygpt.train import Sample as TrainSample
+
+log = logging.getLogger("worker.job")
+
+EXIT_OK = 0
+
+
+class JobCallbacks(Callbacks):
+    """Writes each metric, sample and checkpoint of the run to the database at once."""
+
+    def __init__(self, run_id: int, settings: Settings) -> None:
+        self.run_id = run_id
+        self.settings = settings
+        self.preempted = threading.Event()
+        self.last_eval: StepMetrics | None = None
+
+    def on_start(self, info: dict) -> None:
+        with session_scope(self.settings) as s:
+            start = info["start_step"]
+            # A resumed attempt continues from its checkpoint: rows logged after it are replaced.
+            s.exec(delete(Metric).where(col(Metric.run_id) == self.run_id, col(Metric.step) > start))
+            s.exec(delete(Sample).where(col(Sample.run_id) == self.run_id, col(Sample.step) > start))
+            run = s.get(Run, self.run_id)
+            run.device_info = info["device_info"]
+            run.precision = info["precision"]
+            run.params = info["params"]
+            run.last_step = start
+            s.add(run)
+            verb = f"resumed at step {start}" if info["resumed"] else "started"
+            record_event(s, run_id=self.run_id, type=EventType.log,
+                         data={"message": f"{verb} on {info['device']} ({info['device_info'].get('name')}), "
+                                          f"{info['precision']}, {info['params']:,} parameters"})
+
+    def on_step(self, m: StepMetrics) -> None:
+        with session_scope(self.settings) as s:
+            s.add(Metric(run_id=self.run_id, **vars(m)))
+            run = s.get(Run, self.run_id)
+            run.last_step = m.step
+            s.add(run)
+            record_event(s, run_id=self.run_id, type=EventType.metric, data=vars(m))
+
+    def on_eval(self, m: StepMetrics) -> None:
+        self.last_eval = m
+
+    def on_sample(self, sample: TrainSample) -> None:
+        with session_scope(self.settings) as s:
+            s.add(Sample(run_id=self.run_id, step=sample.step, prompt=sample.prompt, text=sample.text))
+            record_event(s, run_id=self.run_id, type=EventType.sample, data=vars(sample))
+
+    def on_checkpoint(self, path: Path, kind: str) -> None:
+        if kind != "best" or self.last_eval is None:
+            return
+        with session_scope(self.settings) as s:
+            run = s.get(Run, self.run_id)
+            run.checkpoint_path = str(path)
+            run.best_val_loss = self.last_eval.val_loss
+            run.best_step = self.last_eval.step
+            s.add(run)
+            record_event(s, run_id=self.run_id, type=EventType.log,
+                         data={"message": f"best checkpoint at step {run.best_step} (val {run.best_val_loss:.4f})"})
+
+    def should_stop(self) -> bool:
+        return self.preempted.is_set()
+
+
+def watch(run_id: int, attempt: int, settings: Settings, parent: int, cancelled: threading.Event,
+          done: threading.Event) -> None:
+    """Heartbeat; interrupt the main thread on cancel; exit if the worker died or the run moved on."""
+    interval = min(0.5, settings.heartbeat_sec)
+    beats = settings.heartbeat_sec  # the first beat at once
+    while True:
+        if os.getppid() != parent:
+            os._exit(3)  # the worker is gone: a restarted worker will mark the run crashed
+        with session_scope(settings) as s:
+            run = s.get(Run, run_id)
+            if run is None or run.status != RunStatus.running or run.attempt != attempt:
+                os._exit(4)  # someone else owns the run now
+            if run.cancel_requested and not cancelled.is_set():
+                cancelled.set()
+                _thread.interrupt_main()
+            if beats >= settings.heartbeat_sec:
+                run.heartbeat_at = utcnow()
+                s.add(run)
+                beats = 0.0
+        if done.wait(interval):
+            return
+        beats += interval
+
+
+def die_with_parent() -> None:
+    """Linux: have the kernel kill this process if the worker dies (the watcher also checks)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
+def train_config(run: Run, corpus: Path, device: str, threads: int | None) -> TrainConfig:
+    c = run.config
+    return TrainConfig(
+        preset=c["preset"], arch=c.get("arch"), corpus=str(corpus), device=device, precision=c["precision"],
+        steps=c["steps"], batch_size=c["batch_size"], lr=c["lr"], eval_every=c["eval_every"], seed=c["seed"],
+        threads=c.get("threads") or threads, compile=c["compile"], grad_accum=c["grad_accum"],
+        grad_checkpointing=c["grad_checkpointing"], sample_prompt=c["sample_prompt"],
+        sample_every=c["eval_every"], log_every=max(1, min(10, c["eval_every"])),
+    )
+
+
+def corpus_for(run: Run, settings: Settings) -> Path:
+    with session_scope(settings) as s:
+        path = dataset_path(s, name=run.config["dataset"], settings=settings)
+    if not path.exists():
+        if run.config["dataset"] != HOLMES:
+            raise FileNotFoundError(f"dataset {run.config['dataset']!r} file is missing: {path}")
+        log.info("Holmes corpus not found at %s; downloading it", path)
+        download_holmes(path)
+    return path
+
+
+def finish(run_id: int, status: RunStatus, error: str | None = None) -> None:
+    with session_scope() as s:
+        run = s.get(Run, run_id)
+        fields: dict = {"error": error, "pid": None}
+        if status != RunStatus.queued:
+            fields["finished_at"] = utcnow()
+        set_status(s, run, status, **fields)
+
+
+def main(argv: list[str]) -> int:
+    run_id, attempt = int(argv[0]), int(argv[1])
+    parent = os.getppid()
+    die_with_parent()
+    logging.basicConfig(level=logging.INFO, format=f"job {run_id}: %(levelname)s %(message)s")
+    settings = get_settings()
+    init_db(settings)
+    with session_scope(settings) as s:
+        run = s.get(Run, run_id)
+        run.pid = os.getpid()
+        s.add(run)
+    callbacks = JobCallbacks(run_id, settings)
+    signal.signal(signal.SIGTERM, lambda *_: callbacks.preempted.set())
+    cancelled, done = threading.Event(), threading.Event()
+    threading.Thread(target=watch, args=(run_id, attempt, settings, parent, cancelled, done), daemon=True).start()
+    try:
+        corpus = corpus_for(run, settings)
+        config = train_config(run, corpus, run.device or "auto", None)
+        trainer = Trainer(config, run.out_dir, callbacks=callbacks, cache_dir=settings.cache_dir,
+                          resume=bool(run.config.get("resume", True)))
+        result = trainer.run()
+        done.set()
+        if result.stopped and callbacks.preempted.is_set():
+            finish(run_id, RunStatus.queued)
+        else:
+            finish(run_id, RunStatus.succeeded)
+    except KeyboardInterrupt:
+        done.set()
+        if cancelled.is_set():
+            finish(run_id, RunStatus.cancelled, "cancelled by request")
+        else:
+            finish(run_id, RunStatus.failed, "interrupted")
+    except Exception as exc:  # the job failed: record why, keep the worker serving
+        done.set()
+        log.error("run %s failed:\n%s", run_id, traceback.format_exc())
+        finish(run_id, RunStatus.failed, f"{type(exc).__name__}: {exc}")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

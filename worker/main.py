@@ -1,0 +1,131 @@
+"""The worker process: claims queued runs and runs each in a child process, one per device slot.
+
+    tinygpt worker [--devices cpu,cuda:0] [--name NAME]
+
+A crash or out-of-memory in a job kills only its child. On SIGTERM (or Ctrl-C) the
+worker asks its jobs to checkpoint, waits for them (they put their runs back in the
+queue) and exits. On start-up it marks crashed the runs it owned before (their jobs
+died with it) and any run whose heartbeat went stale, and re-queues those set to resume.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from app.db import init_db, session_scope
+from app.models import Run, RunStatus, utcnow
+from app.services.runs import set_status
+from app.settings import Settings, get_settings
+from tinygpt.device import resolve_device
+
+from .queue import claim_next, reap_dead_runs
+
+log = logging.getLogger("worker")
+SHUTDOWN_GRACE_SEC = 120
+
+
+def default_devices() -> list[str]:
+    device = resolve_device("auto")
+    return [f"cuda:{device.index or 0}" if device.type == "cuda" else device.type]
+
+
+@dataclass
+class Slot:
+    device: str
+    run_id: int | None = None
+    process: subprocess.Popen | None = None
+
+
+def signal_description(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+class Worker:
+    def __init__(self, settings: Settings, devices: list[str], name: str | None = None) -> None:
+        self.settings = settings
+        self.slots = [Slot(d) for d in devices]
+        self.name = name or f"{socket.gethostname()}:{','.join(devices)}"
+        self.stopping = threading.Event()
+
+    def start_job(self, slot: Slot, run: Run) -> None:
+        cmd = [sys.executable, "-m", "worker.job", str(run.id), str(run.attempt)]
+        slot.process = subprocess.Popen(cmd, start_new_session=True)  # Ctrl-C reaches the worker only
+        slot.run_id = run.id
+        log.info("run %s (attempt %s) started on %s, pid %s", run.id, run.attempt, slot.device, slot.process.pid)
+
+    def reap_child(self, slot: Slot) -> None:
+        """After a child exits: if it did not record an outcome itself, record one for it."""
+        rc = slot.process.returncode
+        with session_scope(self.settings) as s:
+            run = s.get(Run, slot.run_id)
+            if run is not None and run.status == RunStatus.running and run.worker == self.name:
+                if rc < 0:
+                    name = signal_description(rc)
+                    status = RunStatus.crashed if name in ("SIGKILL", "SIGSEGV", "SIGBUS", "SIGABRT") else RunStatus.failed
+                    error = f"job process killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
+                else:
+                    status, error = RunStatus.failed, f"job process exited with code {rc}"
+                set_status(s, run, status, error=error, finished_at=utcnow(), pid=None)
+                log.warning("run %s: %s", run.id, error)
+        slot.process, slot.run_id = None, None
+
+    def tick(self) -> None:
+        with session_scope(self.settings) as s:
+            reap_dead_runs(s, worker=self.name, stale_after_sec=self.settings.stale_after_sec, own=False,
+                           max_attempts=self.settings.max_attempts)
+        for slot in self.slots:
+            if slot.process is not None and slot.process.poll() is not None:
+                self.reap_child(slot)
+            if slot.process is None and not self.stopping.is_set():
+                with session_scope(self.settings) as s:
+                    run = claim_next(s, worker=self.name, slot=slot.device)
+                if run is not None:
+                    self.start_job(slot, run)
+
+    def shutdown(self) -> None:
+        running = [slot for slot in self.slots if slot.process is not None]
+        for slot in running:
+            slot.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + SHUTDOWN_GRACE_SEC
+        for slot in running:
+            try:
+                slot.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                slot.process.kill()
+                slot.process.wait()
+            self.reap_child(slot)
+
+    def run(self) -> None:
+        init_db(self.settings)
+        with session_scope(self.settings) as s:
+            reaped = reap_dead_runs(s, worker=self.name, stale_after_sec=self.settings.stale_after_sec, own=True,
+                                    max_attempts=self.settings.max_attempts)
+        if reaped:
+            log.warning("found crashed runs %s", reaped)
+        log.info("worker %s serving devices %s", self.name, [s.device for s in self.slots])
+        while not self.stopping.is_set():
+            try:
+                self.tick()
+            except Exception:  # a database hiccup must not end the worker: log it and try again
+                log.exception("worker loop error; retrying")
+            self.stopping.wait(self.settings.worker_poll_sec)
+        self.shutdown()
+        log.info("worker %s stopped", self.name)
+
+
+def run_worker(devices: list[str] | None = None, name: str | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s worker: %(levelname)s %(message)s")
+    worker = Worker(get_settings(), devices or default_devices(), name)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: worker.stopping.set())
+    worker.run()
