@@ -53,9 +53,27 @@ def test_precision_resolution(monkeypatch):
         dev.resolve_precision("fp8", cpu)
 
 
-def test_cpu_preference_probe_returns_a_bool():
+def test_x86_cpu_without_bf16_units_prefers_fp32_without_probing(monkeypatch):
+    monkeypatch.setattr(dev, "cpu_flags", lambda: {"avx2", "fma"})
+    monkeypatch.setattr(torch, "randn", lambda *a, **k: pytest.fail("no probe expected"))
     dev.cpu_prefers_bf16.cache_clear()
-    assert dev.cpu_prefers_bf16() in (True, False)
+    try:
+        assert dev.cpu_prefers_bf16() is False
+    finally:
+        dev.cpu_prefers_bf16.cache_clear()
+
+
+def test_cpu_with_bf16_units_is_probed(monkeypatch):
+    calls = []
+    real_randn = torch.randn
+    monkeypatch.setattr(dev, "cpu_flags", lambda: {"avx2", "avx512_bf16"})
+    monkeypatch.setattr(torch, "randn", lambda *a, **k: calls.append(a) or real_randn(*a, **k))
+    dev.cpu_prefers_bf16.cache_clear()
+    try:
+        assert dev.cpu_prefers_bf16() in (True, False)
+        assert calls  # it measured
+    finally:
+        dev.cpu_prefers_bf16.cache_clear()
 
 
 def test_autocast_bf16_changes_matmul_dtype():

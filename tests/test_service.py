@@ -267,7 +267,7 @@ def test_worker_sigkill_mid_run_then_restart_resumes(tmp_path, slice_path, warm_
     worker = Worker(home, "w1")
     try:
         with app.client() as c:
-            run = create(c, steps=300, eval_every=20)
+            run = create(c, steps=150, eval_every=20)
             wait_for(lambda: c.get(f"/api/runs/{run['id']}").json()["last_step"] >= 45, timeout=120, message="step 45")
             worker.signal(signal.SIGKILL)
             worker.popen.wait()
@@ -284,7 +284,7 @@ def test_worker_sigkill_mid_run_then_restart_resumes(tmp_path, slice_path, warm_
             assert statuses == ["running", "crashed", "queued", "running", "succeeded"]
             after = c.get(f"/api/runs/{run['id']}/metrics").json()
             steps = [m["step"] for m in after]
-            assert steps == sorted(set(steps)) and steps[-1] == 300  # no step twice, none missing at the end
+            assert steps == sorted(set(steps)) and steps[-1] == 150  # no step twice, none missing at the end
             resumed_at = max(m["step"] for m in before if m["val_loss"] is not None and m["step"] > 0)
             kept = {m["step"]: m for m in before if m["step"] <= resumed_at}
             for m in after:
@@ -326,7 +326,7 @@ def test_two_workers_never_take_the_same_run(tmp_path, slice_path, warm_cache):
     workers = [Worker(home, "a"), Worker(home, "b")]
     try:
         with app.client() as c:
-            runs = [create(c, steps=5, eval_every=5) for _ in range(6)]
+            runs = [create(c, steps=5, eval_every=5) for _ in range(4)]
             for r in runs:
                 events = read_events(f"{app.url}/api/runs/{r['id']}/events", timeout=180)
                 assert [e["data"]["status"] for e in events if e["event"] == "status"] == ["running", "succeeded"]

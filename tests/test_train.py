@@ -182,7 +182,8 @@ def test_bf16_curve_within_005_of_fp32_over_200_steps(tmp_path, tiny_config, cac
     curves = {}
     for precision in ("fp32", "bf16"):
         rec = Recorder()
-        cfg = tiny_config(steps=200, eval_every=50, log_every=50, precision=precision, sample_tokens=0)
+        cfg = tiny_config(steps=200, eval_every=50, log_every=50, precision=precision, sample_tokens=0,
+                          batch_size=2, eval_batches=3)
         train(cfg, tmp_path / precision, callbacks=rec, cache_dir=cache_dir)
         curves[precision] = [(m.step, m.train_loss, m.val_loss) for m in rec.evals]
     assert [c[0] for c in curves["fp32"]] == [0, 50, 100, 150, 200]

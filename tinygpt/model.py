@@ -153,6 +153,8 @@ class CausalSelfAttention(nn.Module):
             y = F.scaled_dot_product_attention(
                 q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
             )
+        elif T == 1:
+            y = F.scaled_dot_product_attention(q, k, v)  # one new query sees every cached key
         else:
             # New queries sit at positions start_pos.. and may see every cached key up to themselves.
             mask = torch.ones(T, k.shape[2], dtype=torch.bool, device=x.device).tril(diagonal=start_pos)

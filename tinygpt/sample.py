@@ -55,7 +55,7 @@ def pick_token(
     return int(torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator))
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def generate(
     model: GPT,
     prompt_ids: list[int],
