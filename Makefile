@@ -13,7 +13,7 @@ ifneq ($(wildcard $(HOLMES_SHARED)),)
 export TINYGPT_HOLMES_PATH ?= $(HOLMES_SHARED)
 endif
 
-.PHONY: install run test test-slow test-all lint bench clean
+.PHONY: install run test test-slow test-all lint bench clean chromium
 
 install: $(VENV)/.installed
 
@@ -31,14 +31,17 @@ run: install
 lint: install
 	$(VENV)/bin/ruff check tinygpt app worker tests benchmarks
 
+chromium:
+	scripts/install-chromium.sh
+
 # The default suite (under 15 minutes on 2 cores): everything but the tests marked slow or gpu.
-test: lint
+test: lint chromium
 	$(PY) -m pytest -q
 
 test-slow: install
 	$(PY) -m pytest -q -m slow
 
-test-all: install
+test-all: install chromium
 	$(PY) -m pytest -q -m "not gpu"
 
 # Benchmarks: measured side by side in one run; rewrites BENCHMARKS.md.

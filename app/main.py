@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
 
+from . import pages
 from .api import catalog, events, runs
 from .db import init_db
 from .errors import AppError
@@ -31,11 +34,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="TinyGPT Dashboard", version="0.1.0", lifespan=lifespan)
 
     @app.exception_handler(AppError)
-    async def app_error(request: Request, exc: AppError) -> JSONResponse:
-        return JSONResponse({"detail": exc.detail()}, status_code=exc.status_code)
+    async def app_error(request: Request, exc: AppError) -> Response:
+        """JSON for the API, a fragment for htmx, a page for a browser."""
+        if request.url.path.startswith("/api/") or request.url.path == "/healthz":
+            return JSONResponse({"detail": exc.detail()}, status_code=exc.status_code)
+        name = "_error.html" if request.headers.get("HX-Request") else "error.html"
+        return pages.render(request, name, exc.status_code, status=exc.status_code, message=exc.message)
 
     app.include_router(runs.router)
     app.include_router(events.router)
     app.include_router(catalog.router)
     app.include_router(catalog.health_router)
+    app.include_router(pages.router)
+    app.mount("/static", StaticFiles(directory=Path(__file__).resolve().parent.parent / "static"), name="static")
     return app

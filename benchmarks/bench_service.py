@@ -66,7 +66,7 @@ async def latency(app: AppServer, home: Home, run_id: int, clients: int, n_event
     arrivals: list[float] = []
     ready = asyncio.Event()
     counter = [0]
-    url = f"{app.url}/api/runs/{run_id}/events?after=1000000000"
+    url = f"{app.url}/api/runs/{run_id}/events"
     tasks = [asyncio.create_task(_listen(url, n_events, arrivals, ready, counter, clients)) for _ in range(clients)]
     await asyncio.wait_for(ready.wait(), 60)
     await asyncio.sleep(0.5)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tinygpt.data import Splits
+from tinygpt.data import Splits, encode_corpus, load_or_train_tokenizer
 from tinygpt.tokenizer import Tokenizer
 from tinygpt.train import TrainConfig
 
@@ -70,3 +70,13 @@ def tiny_config(slice_path: Path):
 @pytest.fixture
 def splits(slice_tokens: torch.Tensor) -> Splits:
     return Splits.from_tokens(slice_tokens, 128)
+
+
+@pytest.fixture(scope="session")
+def warm_cache(slice_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny preset's 4,096-token tokenizer on the slice, trained once; service homes copy it."""
+    cache = tmp_path_factory.mktemp("service-cache")
+    text = slice_path.read_text(encoding="utf-8")
+    tok = load_or_train_tokenizer(text, 4096, cache)
+    encode_corpus(text, tok, cache)
+    return cache

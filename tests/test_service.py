@@ -9,21 +9,9 @@ import time
 import pytest
 import torch
 
-from tinygpt.data import encode_corpus, load_or_train_tokenizer
-
 from .service_helpers import AppServer, Home, Worker, read_events, wait_for
 
 TINY = {"preset": "tiny", "device": "cpu", "precision": "fp32", "batch_size": 4, "seed": 7}
-
-
-@pytest.fixture(scope="session")
-def warm_cache(slice_path, tmp_path_factory):
-    """Train the tiny preset's 4,096-token tokenizer on the slice once; every home copies it."""
-    cache = tmp_path_factory.mktemp("service-cache")
-    text = slice_path.read_text(encoding="utf-8")
-    tok = load_or_train_tokenizer(text, 4096, cache)
-    encode_corpus(text, tok, cache)
-    return cache
 
 
 def make_home(tmp_path, slice_path, warm_cache, **extra_env) -> Home:

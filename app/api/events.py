@@ -17,9 +17,9 @@ from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
 from ..db import get_engine
-from ..deps import SessionDep, SettingsDep
+from ..deps import SettingsDep
 from ..models import FINISHED, Event, EventType
-from ..services.events import list_events_after, run_events_after
+from ..services.events import RUN_LIST_TYPES, list_events_after, run_events_after
 from ..services.runs import get_run
 
 router = APIRouter(prefix="/api", tags=["events"])
@@ -35,43 +35,70 @@ def as_sse(event: Event) -> dict:
     return {"id": str(event.id), "event": event.type, "data": json.dumps({"run_id": event.run_id, **event.data})}
 
 
+DB_PAGE = 1000
+
+
 def fetcher(query: Callable[..., list[Event]], **kwargs: object) -> Callable[[int], list[Event]]:
     def fetch(after: int) -> list[Event]:
         with Session(get_engine()) as s:
-            return query(s, after_id=after, **kwargs)
+            return query(s, after_id=after, limit=DB_PAGE, **kwargs)
 
     return fetch
 
 
-async def stream(request: Request, fetch: Callable[[int], list[Event]], last_id: int, ends: bool) -> AsyncIterator[dict]:
+async def stream(
+    request: Request, fetch: Callable[[int], list[Event]], keep: Callable[[Event], bool], last_id: int, ends: bool
+) -> AsyncIterator[dict]:
+    """Events after ``last_id``: from the database to catch up, then from the hub's memory.
+
+    ``cursor`` is the id up to which every matching event has been sent; it moves past other
+    runs' events too, so a quiet run's stream does not fall back to the database.
+    """
     hub = request.app.state.hub
     settings = request.app.state.settings
+    cursor = last_id
     while True:
         seen = hub.latest
-        events = await run_in_threadpool(fetch, last_id)
+        events = hub.events_after(cursor, keep)
+        if events is None:
+            events = await run_in_threadpool(fetch, cursor)
+            full_page = len(events) >= DB_PAGE
+        else:
+            full_page = False
         finished = False
         for event in events:
             yield as_sse(event)
-            last_id = event.id
             finished = event.type == EventType.status and event.data.get("status") in FINISHED
+        if full_page:  # more waiting in the database: read on from the last one sent
+            cursor = events[-1].id
+        else:  # every matching event up to `seen` has been sent
+            cursor = max(cursor, seen, events[-1].id if events else 0)
         if ends and finished:
-            yield {"event": "end", "data": json.dumps({"last_event_id": last_id})}
+            yield {"event": "end", "data": json.dumps({"last_event_id": events[-1].id})}
             return
         if await request.is_disconnected():
             return
-        if len(events) < 1000:  # otherwise more are waiting: read on at once
+        if not full_page:
             await hub.wait_past(seen, settings.keepalive_sec)
+
+
+def check_run_exists(run_id: int) -> None:
+    with Session(get_engine()) as s:
+        get_run(s, run_id=run_id)  # 404 for an unknown run
 
 
 @router.get("/runs/{run_id}/events")
 async def run_events(
-    run_id: int, request: Request, session: SessionDep, settings: SettingsDep,
+    run_id: int, request: Request, settings: SettingsDep,
     last_event_id: Annotated[str | None, Header()] = None, after: int | None = None,
 ) -> EventSourceResponse:
-    """``status``, ``metric``, ``sample`` and ``log`` events of one run, then ``end`` when it has finished."""
-    get_run(session, run_id=run_id)  # 404 for an unknown run
+    """``status``, ``metric``, ``sample`` and ``log`` events of one run, then ``end`` when it has finished.
+
+    (No session dependency here: a stream would hold its database connection for as long as it is open.)
+    """
+    await run_in_threadpool(check_run_exists, run_id)
     fetch = fetcher(run_events_after, run_id=run_id)
-    gen = stream(request, fetch, parse_last_id(last_event_id, after), ends=True)
+    gen = stream(request, fetch, lambda e: e.run_id == run_id, parse_last_id(last_event_id, after), ends=True)
     return EventSourceResponse(gen, ping=settings.keepalive_sec)
 
 
@@ -82,5 +109,6 @@ async def all_events(
 ) -> EventSourceResponse:
     """Run-list changes: ``created`` and ``status`` events of every run."""
     fetch = fetcher(list_events_after)
-    return EventSourceResponse(stream(request, fetch, parse_last_id(last_event_id, after), ends=False),
+    keep = lambda e: e.type in RUN_LIST_TYPES  # noqa: E731
+    return EventSourceResponse(stream(request, fetch, keep, parse_last_id(last_event_id, after), ends=False),
                                ping=settings.keepalive_sec)

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import FileResponse
+from sqlmodel import Session
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
+from ..db import get_engine
 from ..deps import SessionDep, SettingsDep
 from ..errors import Invalid
 from ..models import MetricPublic, RunCreate, RunPublic, RunsPage, RunStatus, RunUpdate, SamplePublic
 from ..services import runs as svc
 from ..services.sampling import SampleRequest, neighbours, stream_sample
+from ..settings import Settings
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 
@@ -79,12 +83,18 @@ def download_checkpoint(run_id: int, session: SessionDep, settings: SettingsDep)
     return FileResponse(path, filename=f"run-{run_id}-best.pt", media_type="application/octet-stream")
 
 
+def best_checkpoint(run_id: int, settings: Settings) -> Path:
+    """A short-lived session: streaming routes must not hold a database connection while they stream."""
+    with Session(get_engine(settings)) as session:
+        return svc.checkpoint_file(session, run_id=run_id, settings=settings)
+
+
 @router.post("/{run_id}/sample")
-async def sample(run_id: int, body: SampleRequest, session: SessionDep, settings: SettingsDep) -> EventSourceResponse:
+async def sample(run_id: int, body: SampleRequest, settings: SettingsDep) -> EventSourceResponse:
     """Stream generated text as ``token`` events ({"text": piece}), then one ``end`` event with the whole text."""
     if body.max_tokens > settings.sample_max_tokens:
         raise Invalid(f"max_tokens must be at most {settings.sample_max_tokens}", field="max_tokens")
-    path = await run_in_threadpool(svc.checkpoint_file, session, run_id=run_id, settings=settings)
+    path = await run_in_threadpool(best_checkpoint, run_id, settings)
 
     async def events():  # noqa: ANN202
         pieces = []
@@ -102,11 +112,11 @@ async def sample(run_id: int, body: SampleRequest, session: SessionDep, settings
 
 @router.get("/{run_id}/neighbors")
 async def get_neighbours(
-    run_id: int, session: SessionDep, settings: SettingsDep,
+    run_id: int, settings: SettingsDep,
     word: Annotated[str, Query(min_length=1, max_length=100)],
     k: Annotated[int, Query(ge=1, le=100)] = 10,
 ) -> list[dict]:
-    path = await run_in_threadpool(svc.checkpoint_file, session, run_id=run_id, settings=settings)
+    path = await run_in_threadpool(best_checkpoint, run_id, settings)
     try:
         pairs = await run_in_threadpool(neighbours, path, word, k)
     except ValueError as exc:

@@ -1,9 +1,11 @@
-"""Wakes event streams when new events land in the database.
+"""Fans new events out to the open event streams.
 
-One poller per app process reads the newest event id every ``event_poll_sec`` and
-wakes the waiting streams; each stream then reads its own events from the database.
-So a stream shows what the database holds (the whole history after a restart), and
-100 clients cost one cheap query per poll plus one per client per new event.
+One poller per app process reads the events added since its last look (every
+``event_poll_sec``), keeps the most recent ones in memory and wakes the streams. A
+stream reads the database only to catch up (when it opens, or if it fell further
+behind than the memory holds); live events reach it from memory. So 100 clients on a
+run cost one query per poll, not one per client per event, and the database stays the
+source of truth: a page opened late, or after an app restart, still sees everything.
 """
 
 from __future__ import annotations
@@ -11,40 +13,54 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
+from collections.abc import Callable
 
 from anyio import to_thread
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
 from ..db import get_engine
+from ..models import Event
 from ..settings import Settings
 from .events import latest_event_id
 
 log = logging.getLogger(__name__)
+MEMORY = 20_000  # recent events kept for the live streams
 
 
 class EventHub:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.latest = 0
+        self.recent: deque[Event] = deque(maxlen=MEMORY)
         self._changed = asyncio.Condition()
         self._task: asyncio.Task | None = None
 
-    def _read_latest(self) -> int:
+    def _read_new(self, after: int) -> list[Event]:
         with Session(get_engine(self.settings)) as s:
-            return latest_event_id(s)
+            if after == 0:
+                return [e for e in [s.get(Event, latest_event_id(s))] if e is not None]
+            return list(s.exec(select(Event).where(col(Event.id) > after).order_by(col(Event.id)).limit(5000)))
 
     async def _poll(self) -> None:
         while True:
             try:
-                latest = await to_thread.run_sync(self._read_latest)
+                new = await to_thread.run_sync(self._read_new, self.latest)
             except Exception:
                 log.exception("event poll failed; retrying")
-                latest = self.latest
-            if latest != self.latest:
-                self.latest = latest
+                new = []
+            if new:
+                self.recent.extend(new)
+                self.latest = new[-1].id
                 async with self._changed:
                     self._changed.notify_all()
             await asyncio.sleep(self.settings.event_poll_sec)
+
+    def events_after(self, after: int, keep: Callable[[Event], bool]) -> list[Event] | None:
+        """Recent events after ``after`` that ``keep`` accepts; None if memory no longer reaches back that far."""
+        if not self.recent or self.recent[0].id > after + 1:
+            return None
+        return [e for e in self.recent if e.id > after and keep(e)]
 
     async def wait_past(self, seen: int, timeout: float) -> None:
         """Return once the newest event id differs from ``seen``, or after ``timeout`` seconds."""

@@ -1,0 +1,168 @@
+"""HTML pages (Jinja2 + htmx) over the same services as the API."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, UploadFile
+from fastapi.responses import HTMLResponse, Response
+from fastapi.templating import Jinja2Templates
+from pydantic import ValidationError
+from sqlmodel import col, select
+
+from tinygpt.presets import ARCHS, list_presets
+
+from .deps import SessionDep, SettingsDep
+from .errors import AppError
+from .models import Metric, RunCreate, RunKind, RunPublic, RunStatus
+from .services import datasets as ds_svc
+from .services import runs as svc
+
+ROOT = Path(__file__).resolve().parent.parent
+templates = Jinja2Templates(directory=ROOT / "templates")
+templates.env.globals["fmt"] = lambda v: "–" if v is None else f"{v:.4f}"
+router = APIRouter(include_in_schema=False)
+
+FORM_DEFAULTS: dict[str, Any] = {
+    "preset": "tiny", "arch": "", "dataset": "holmes", "device": "auto", "precision": "auto", "steps": 1500,
+    "batch_size": 32, "lr": 0.001, "eval_every": 250, "seed": 1337, "threads": None, "grad_accum": 1,
+    "compile": False, "grad_checkpointing": False, "resume": True, "sample_prompt": "Holmes", "name": "", "tags": [],
+}
+CHECKBOXES = ("compile", "grad_checkpointing", "resume")
+
+
+def render(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    return templates.TemplateResponse(request, name, context, status_code=status_code)
+
+
+def median_rates(session: SessionDep, run_ids: list[int]) -> dict[int, float]:
+    if not run_ids:
+        return {}
+    rows = session.exec(
+        select(Metric.run_id, Metric.tokens_per_sec).where(col(Metric.run_id).in_(run_ids), Metric.tokens_per_sec > 0)
+    ).all()
+    by_run: dict[int, list[float]] = {}
+    for run_id, rate in rows:
+        by_run.setdefault(run_id, []).append(rate)
+    return {k: statistics.median(v) for k, v in by_run.items()}
+
+
+def runs_context(session: SessionDep, status: str | None, device: str | None, tag: str | None) -> dict:
+    status_enum = RunStatus(status) if status in RunStatus.__members__ else None
+    page = svc.list_runs(session, status=status_enum, device=device or None, tag=tag or None, limit=500)
+    return {
+        "runs": page.items,
+        "rates": median_rates(session, [r.id for r in page.items]),
+        "filters": {"status": status, "device": device, "tag": tag},
+        "statuses": [s.value for s in RunStatus],
+    }
+
+
+@router.get("/", response_class=HTMLResponse)
+def runs_page(request: Request, session: SessionDep, status: str | None = None, device: str | None = None,
+              tag: str | None = None) -> HTMLResponse:
+    return render(request, "runs.html", nav="runs", **runs_context(session, status, device, tag))
+
+
+@router.get("/partials/runs", response_class=HTMLResponse)
+def runs_partial(request: Request, session: SessionDep, status: str | None = None, device: str | None = None,
+                 tag: str | None = None) -> HTMLResponse:
+    return render(request, "_runs_table.html", **runs_context(session, status, device, tag))
+
+
+def form_context(session: SessionDep, settings: SettingsDep, values: dict, errors: dict) -> dict:
+    devices = list(svc.machine_devices())
+    return {
+        "nav": "new", "values": values, "errors": errors, "presets": list_presets(), "archs": list(ARCHS),
+        "datasets": ds_svc.list_datasets(session, settings=settings), "devices": devices,
+        "gpu_available": any(d["device"].startswith("cuda") and d["available"] for d in devices),
+        "max_upload_mb": settings.max_upload_mb,
+    }
+
+
+@router.get("/new", response_class=HTMLResponse)
+def new_run_page(request: Request, session: SessionDep, settings: SettingsDep,
+                 from_: Annotated[int | None, Query(alias="from")] = None) -> HTMLResponse:
+    values = dict(FORM_DEFAULTS)
+    if from_ is not None:  # "run again": the form prefilled from an earlier run
+        run = svc.get_run(session, run_id=from_)
+        values.update(run.config, device=run.requested_device, name=f"{run.name} (again)", tags=run.tags,
+                      arch=run.config.get("arch") or "")
+    return render(request, "new.html", **form_context(session, settings, values, {}))
+
+
+def parse_form(form: dict[str, Any]) -> dict[str, Any]:
+    """Form strings to the JSON body of POST /api/runs (empty optional fields dropped)."""
+    body: dict[str, Any] = {k: v for k, v in form.items() if isinstance(v, str)}
+    for key in CHECKBOXES:
+        body[key] = key in form
+    for key in ("arch", "threads", "name"):
+        if not body.get(key):
+            body.pop(key, None)
+    body["tags"] = [t.strip() for t in body.get("tags", "").split(",") if t.strip()]
+    if body.pop("cpu_and_gpu", None):
+        body["device"] = ["cpu", "cuda"]
+    return body
+
+
+@router.post("/new", response_class=HTMLResponse)
+async def create_from_form(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
+    form = dict(await request.form())
+    body = parse_form(form)
+    values = {**FORM_DEFAULTS, **body, "arch": body.get("arch", ""), "device": form.get("device", "auto")}
+    try:
+        create = RunCreate.model_validate(body)
+        runs = svc.create_runs(session, body=create, settings=settings)
+    except ValidationError as exc:
+        errors = {str(e["loc"][0]) if e["loc"] else "_": e["msg"].removeprefix("Value error, ") for e in exc.errors()}
+        return render(request, "_new_form.html", 422, **form_context(session, settings, values, errors))
+    except AppError as exc:
+        errors = {exc.field or "_": exc.message}
+        return render(request, "_new_form.html", exc.status_code, **form_context(session, settings, values, errors))
+    target = f"/runs/{runs[0].id}" if len(runs) == 1 else f"/compare?ids={','.join(str(r.id) for r in runs)}"
+    return Response(status_code=200, headers={"HX-Redirect": target})
+
+
+@router.post("/partials/datasets", response_class=HTMLResponse)
+async def upload_from_form(request: Request, session: SessionDep, settings: SettingsDep, file: UploadFile) -> HTMLResponse:
+    form = await request.form()
+    try:
+        ds = await ds_svc.upload_dataset(session, name=str(form.get("name", "")), source=file, settings=settings)
+    except AppError as exc:
+        return render(request, "_error.html", exc.status_code, status=exc.status_code, message=exc.message)
+    return HTMLResponse(templates.get_template("_uploaded.html").render(ds=ds))
+
+
+@router.get("/runs/{run_id}", response_class=HTMLResponse)
+def run_page(run_id: int, request: Request, session: SessionDep) -> HTMLResponse:
+    run = svc.get_run(session, run_id=run_id)
+    public = RunPublic.of(run)
+    return render(request, "run.html", nav="runs", run=public, run_json=public.model_dump(mode="json"),
+                  samples=svc.run_samples(session, run_id=run_id))
+
+
+@router.get("/compare", response_class=HTMLResponse)
+def compare_page(request: Request, session: SessionDep, ids: Annotated[list[str] | None, Query()] = None) -> HTMLResponse:
+    raw = ",".join(ids or [])
+    run_ids, result, error = [], None, None
+    try:
+        run_ids = [int(x) for x in raw.replace(" ", "").split(",") if x]
+    except ValueError:
+        error = "run ids must be numbers separated by commas"
+    if run_ids and not error:
+        try:
+            result = svc.compare_runs(session, ids=run_ids)
+            for summary in result["runs"]:
+                summary["metrics"] = [m.model_dump(include={"step", "train_loss", "val_loss", "tokens_seen", "elapsed_sec"})
+                                      for m in svc.run_metrics(session, run_id=summary["id"])]
+        except AppError as exc:
+            error = exc.message
+    return render(request, "compare.html", nav="compare", result=result, error=error, ids_text=",".join(map(str, run_ids)))
+
+
+@router.get("/benchmarks", response_class=HTMLResponse)
+def benchmarks_page(request: Request, session: SessionDep) -> HTMLResponse:
+    runs = [r for r in svc.list_runs(session, limit=500).items if r.kind == RunKind.benchmark]
+    return render(request, "benchmarks.html", nav="benchmarks", runs=runs)

@@ -1,0 +1,69 @@
+// Shared helpers for the dashboard pages: JSON from <script> tags, smoothing, downsampling, charts.
+"use strict";
+
+window.TG = (() => {
+  const readJSON = (id) => JSON.parse(document.getElementById(id).textContent);
+
+  // Exponential moving average with bias correction (as TensorBoard does), over the whole series.
+  function smooth(values, weight) {
+    if (!weight) return values.slice();
+    let last = 0, n = 0;
+    return values.map((v) => {
+      if (v == null || !Number.isFinite(v)) return v;
+      n += 1;
+      last = last * weight + (1 - weight) * v;
+      return last / (1 - Math.pow(weight, n));
+    });
+  }
+
+  // Indices to draw: at most ~maxPoints, keeping each bucket's min and max of `ys` and every index in `keep`.
+  function downsampleIndices(ys, maxPoints, keep) {
+    const n = ys.length;
+    if (n <= maxPoints) return [...Array(n).keys()];
+    const out = new Set(keep || []);
+    const size = Math.ceil(n / (maxPoints / 2));
+    for (let start = 0; start < n; start += size) {
+      let lo = start, hi = start;
+      for (let i = start; i < Math.min(n, start + size); i++) {
+        if (ys[i] == null) continue;
+        if (ys[lo] == null || ys[i] < ys[lo]) lo = i;
+        if (ys[hi] == null || ys[i] > ys[hi]) hi = i;
+      }
+      out.add(lo); out.add(hi);
+    }
+    out.add(n - 1);
+    return [...out].sort((a, b) => a - b);
+  }
+
+  const palette = ["#0b6bcb", "#d4380d", "#389e0d", "#9254de", "#d48806", "#08979c", "#c41d7f", "#595959"];
+  const textColor = () => getComputedStyle(document.body).color;
+
+  function chart(el, series, opts) {
+    const width = Math.max(260, el.clientWidth || 600);
+    const height = el.classList.contains("small") ? 180 : 320;
+    const axis = { stroke: textColor(), grid: { stroke: "rgba(128,128,128,0.18)" }, ticks: { stroke: "rgba(128,128,128,0.3)" } };
+    const config = {
+      width, height,
+      scales: { x: { time: false }, y: { distr: opts && opts.log ? 3 : 1 }, ...(opts && opts.scales) },
+      axes: [{ ...axis, label: opts && opts.xLabel }, { ...axis, label: opts && opts.yLabel }, ...((opts && opts.extraAxes) || []).map((a) => ({ ...axis, ...a }))],
+      series: [{ label: (opts && opts.xLabel) || "x" }, ...series],
+      cursor: { drag: { x: true, y: false } },
+    };
+    const data = [[], ...series.map(() => [])];
+    const plot = new uPlot(config, data, el);
+    new ResizeObserver(() => plot.setSize({ width: Math.max(260, el.clientWidth), height })).observe(el);
+    return plot;
+  }
+
+  // One redraw per animation frame, however many events arrive.
+  function throttle(fn) {
+    let queued = false;
+    return () => {
+      if (queued) return;
+      queued = true;
+      requestAnimationFrame(() => { queued = false; fn(); });
+    };
+  }
+
+  return { readJSON, smooth, downsampleIndices, chart, palette, throttle };
+})();

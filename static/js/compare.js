@@ -1,0 +1,30 @@
+// Compare page: every run's train and val curves on one chart (same x-axis switch as the run page).
+"use strict";
+function setupCompare() {
+  const result = TG.readJSON("compare-data");
+  const el = document.getElementById("compare-chart");
+  let plot = null;
+  function build() {
+    if (plot) plot.destroy();
+    el.innerHTML = "";
+    const xKey = document.getElementById("x-axis").value;
+    const tables = [];
+    const series = [];
+    result.runs.forEach((r, k) => {
+      const evals = r.metrics.filter((m) => m.val_loss != null);
+      tables.push([r.metrics.map((m) => m[xKey]), r.metrics.map((m) => m.train_loss)]);
+      tables.push([evals.map((m) => m[xKey]), evals.map((m) => m.val_loss)]);
+      const color = TG.palette[k % TG.palette.length];
+      series.push({ label: `#${r.id} train`, stroke: color, width: 1, dash: [4, 3], spanGaps: true });
+      series.push({ label: `#${r.id} val (${r.device})`, stroke: color, width: 2, spanGaps: true, points: { show: true, size: 5 } });
+    });
+    const data = uPlot.join(tables);
+    plot = TG.chart(el, series, { xLabel: document.getElementById("x-axis").selectedOptions[0].textContent,
+                                   yLabel: "loss", log: document.getElementById("log-scale").checked });
+    plot.setData(data);
+  }
+  document.getElementById("x-axis").addEventListener("change", build);
+  document.getElementById("log-scale").addEventListener("change", build);
+  build();
+}
+document.addEventListener("DOMContentLoaded", () => { if (document.getElementById("compare-data")) setupCompare(); });

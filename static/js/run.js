@@ -1,0 +1,207 @@
+// Run page: live charts from the run's event stream, overfitting banner, sample box, neighbours.
+"use strict";
+
+const MAX_POINTS = 2000; // points drawn per series; the data itself is never dropped
+
+function setupRunPage() {
+  const run = TG.readJSON("run-data");
+  const $ = (id) => document.getElementById(id);
+  const state = { rows: [], lastEventId: 0, status: run.status, best: null };
+  window.runState = state; // for tests and the curious
+
+  // -- charts -------------------------------------------------------------------------------
+  let charts = {};
+  function buildCharts() {
+    for (const c of Object.values(charts)) c.destroy();
+    for (const id of ["loss-chart", "tps-chart", "mem-chart", "lr-chart"]) $(id).innerHTML = "";
+    const xLabel = $("x-axis").selectedOptions[0].textContent;
+    const log = $("log-scale").checked;
+    charts.loss = TG.chart($("loss-chart"), [
+      { label: "train", stroke: TG.palette[0], width: 1.5 },
+      { label: "val", stroke: TG.palette[1], width: 2, spanGaps: true, points: { show: true, size: 5 } },
+      { label: "gap (val − train)", stroke: TG.palette[4], fill: "rgba(212,136,6,0.15)", scale: "gap", spanGaps: true },
+      { label: "best val", stroke: TG.palette[2], width: 0, points: { show: true, size: 11, fill: TG.palette[2] } },
+    ], { xLabel, yLabel: "loss", log, scales: { gap: {} }, extraAxes: [{ scale: "gap", side: 1, label: "gap" }] });
+    charts.tps = TG.chart($("tps-chart"), [{ label: "tok/s", stroke: TG.palette[3] }], { xLabel });
+    charts.mem = TG.chart($("mem-chart"), [{ label: "MiB", stroke: TG.palette[5] }], { xLabel });
+    charts.lr = TG.chart($("lr-chart"), [{ label: "lr", stroke: TG.palette[6] }], { xLabel });
+    draw();
+  }
+
+  function draw() {
+    const rows = state.rows;
+    const xKey = $("x-axis").value;
+    const weight = +$("smoothing").value;
+    const train = TG.smooth(rows.map((r) => r.train_loss), weight);
+    const evalIdx = rows.flatMap((r, i) => (r.val_loss != null ? [i] : []));
+    const idx = TG.downsampleIndices(train, MAX_POINTS, evalIdx);
+    const pick = (arr) => idx.map((i) => arr[i]);
+    const xs = pick(rows.map((r) => r[xKey]));
+    const val = rows.map((r) => r.val_loss);
+    const gap = rows.map((r) => (r.val_loss != null ? r.val_loss - r.train_loss : null));
+    const bestIdx = state.best ? rows.indexOf(state.best) : -1;
+    const best = rows.map((_, i) => (i === bestIdx ? rows[i].val_loss : null));
+    charts.loss.setData([xs, pick(train), pick(val), pick(gap), pick(best)]);
+    const nonzero = rows.flatMap((r, i) => (r.tokens_per_sec > 0 ? [i] : []));
+    const tIdx = nonzero.length > MAX_POINTS ? nonzero.filter((_, k) => k % Math.ceil(nonzero.length / MAX_POINTS) === 0) : nonzero;
+    charts.tps.setData([tIdx.map((i) => rows[i][xKey]), tIdx.map((i) => rows[i].tokens_per_sec)]);
+    charts.mem.setData([xs, pick(rows.map((r) => r.peak_mem_mib))]);
+    charts.lr.setData([xs, pick(rows.map((r) => r.lr))]);
+  }
+  const redraw = TG.throttle(draw);
+
+  // -- what the numbers say ------------------------------------------------------------------
+  function updateProgress() {
+    const last = state.rows[state.rows.length - 1];
+    if (!last) return;
+    $("progress").value = last.step;
+    $("progress-text").textContent = `${last.step} / ${run.steps}`;
+    if (state.status === "running" && last.step > 0 && last.elapsed_sec > 0) {
+      const secs = ((run.steps - last.step) * last.elapsed_sec) / last.step;
+      $("eta").textContent = `ETA ${secs < 90 ? Math.round(secs) + " s" : Math.round(secs / 60) + " min"}`;
+    } else {
+      $("eta").textContent = "";
+    }
+  }
+
+  function updateOverfitting() {
+    const evals = state.rows.filter((r) => r.val_loss != null);
+    let best = null;
+    for (const r of evals) if (!best || r.val_loss < best.val_loss) best = r;
+    state.best = best;
+    const after = best ? evals.filter((r) => r.step > best.step) : [];
+    const banner = $("banner");
+    if (after.length >= 2 && after[0].val_loss > best.val_loss && after[1].val_loss > best.val_loss) {
+      banner.textContent = `Overfitting since step ${after[0].step}; best checkpoint is step ${best.step} (val ${best.val_loss.toFixed(4)}).`;
+      banner.hidden = false;
+    } else {
+      banner.hidden = true;
+    }
+  }
+
+  function setStatus(data) {
+    state.status = data.status;
+    const badge = $("run-status");
+    badge.textContent = data.status;
+    badge.className = `status status-${data.status}`;
+    $("cancel-btn").hidden = !["queued", "running"].includes(data.status);
+    if (data.error) { $("error").textContent = data.error; $("error").hidden = false; }
+    else if (data.status === "running") $("error").hidden = true;
+  }
+
+  function addListItem(listId, parts) {
+    const li = document.createElement("li");
+    for (const [tag, text, cls] of parts) {
+      const el = document.createElement(tag);
+      el.textContent = text;
+      if (cls) el.className = cls;
+      li.appendChild(el);
+    }
+    $(listId).appendChild(li);
+  }
+
+  // -- the event stream (EventSource reconnects by itself, sending Last-Event-ID) ------------
+  const source = new EventSource(`/api/runs/${run.id}/events`);
+  const fresh = (e) => {
+    const id = +e.lastEventId;
+    if (id && id <= state.lastEventId) return false; // never apply an event twice
+    if (id) state.lastEventId = id;
+    return true;
+  };
+  $("samples").innerHTML = ""; // the stream replays them all
+  source.addEventListener("metric", (e) => {
+    if (!fresh(e)) return;
+    const m = JSON.parse(e.data);
+    // a resumed run repeats steps after its checkpoint: the newer row replaces the older
+    while (state.rows.length && state.rows[state.rows.length - 1].step >= m.step) state.rows.pop();
+    state.rows.push(m);
+    updateProgress();
+    if (m.val_loss != null) updateOverfitting();
+    redraw();
+  });
+  source.addEventListener("sample", (e) => {
+    if (!fresh(e)) return;
+    const s = JSON.parse(e.data);
+    addListItem("samples", [["span", `step ${s.step}`, "muted"], ["pre", s.text]]);
+  });
+  source.addEventListener("log", (e) => {
+    if (!fresh(e)) return;
+    const d = JSON.parse(e.data);
+    addListItem("log", [["span", d.message]]);
+    if (d.message.startsWith("best checkpoint")) $("ckpt-link").hidden = false;
+  });
+  source.addEventListener("status", (e) => {
+    if (!fresh(e)) return;
+    setStatus(JSON.parse(e.data));
+    updateProgress();
+  });
+  source.addEventListener("end", () => { source.close(); state.ended = true; });
+
+  // -- controls ---------------------------------------------------------------------------
+  $("x-axis").addEventListener("change", buildCharts);
+  $("log-scale").addEventListener("change", buildCharts);
+  $("smoothing").addEventListener("input", () => { $("smoothing-value").textContent = $("smoothing").value; redraw(); });
+  $("cancel-btn").addEventListener("click", async () => {
+    const r = await fetch(`/api/runs/${run.id}/cancel`, { method: "POST" });
+    if (!r.ok) alert((await r.json()).detail);
+  });
+  $("rename-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const f = new FormData(ev.target);
+    const tags = String(f.get("tags")).split(",").map((t) => t.trim()).filter(Boolean);
+    const r = await fetch(`/api/runs/${run.id}`, {
+      method: "PATCH", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ name: f.get("name"), tags }),
+    });
+    if (r.ok) $("run-name").textContent = (await r.json()).name;
+  });
+
+  $("sample-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const f = new FormData(ev.target);
+    const body = { prompt: f.get("prompt"), max_tokens: +f.get("max_tokens"), temperature: +f.get("temperature") };
+    for (const k of ["top_k", "top_p", "seed"]) if (f.get(k) !== "") body[k] = +f.get(k);
+    const out = $("sample-output");
+    out.textContent = body.prompt;
+    $("sample-btn").disabled = true;
+    try {
+      const r = await fetch(`/api/runs/${run.id}/sample`, {
+        method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+      });
+      if (!r.ok) { const d = await r.json(); out.textContent = typeof d.detail === "string" ? d.detail : d.detail.map((x) => x.msg).join("; "); return; }
+      const reader = r.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += decoder.decode(value, { stream: true });
+        let cut;
+        while ((cut = buffer.search(/\r?\n\r?\n/)) >= 0) {
+          const block = buffer.slice(0, cut);
+          buffer = buffer.slice(cut).replace(/^\r?\n\r?\n/, "");
+          const event = (block.match(/^event: (.*)$/m) || [])[1];
+          const data = block.split(/\r?\n/).filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
+          if (event === "token") out.textContent += JSON.parse(data).text;
+          if (event === "error") out.textContent += `\n[error: ${JSON.parse(data).message}]`;
+        }
+      }
+    } finally {
+      $("sample-btn").disabled = false;
+    }
+  });
+
+  $("neighbours-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const word = new FormData(ev.target).get("word");
+    const r = await fetch(`/api/runs/${run.id}/neighbors?` + new URLSearchParams({ word, k: 10 }));
+    const list = $("neighbours");
+    list.innerHTML = "";
+    const d = await r.json();
+    if (!r.ok) { addListItem("neighbours", [["span", typeof d.detail === "string" ? d.detail : d.detail[0].msg]]); return; }
+    for (const n of d) addListItem("neighbours", [["code", JSON.stringify(n.token)], ["span", ` ${n.similarity.toFixed(3)}`]]);
+  });
+
+  buildCharts();
+}
+
+document.addEventListener("DOMContentLoaded", setupRunPage);

@@ -1,0 +1,152 @@
+"""The pages in a real browser: Playwright driving Debian's Chromium against the real app and worker."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .service_helpers import AppServer, Home, Worker, read_events, wait_for
+from .test_service import TINY
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory, slice_path, warm_cache):
+    home = Home(tmp_path_factory.mktemp("pages") / "home", slice_path)
+    home.path.mkdir()
+    home.seed_cache(warm_cache)
+    app = AppServer(home)
+    worker = Worker(home, "pages")
+    yield app
+    worker.stop()
+    app.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run", "--disable-quic"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    pg.js_errors = errors
+    yield pg
+    context.close()
+    assert errors == [], f"JavaScript errors: {errors}"
+
+
+def shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def test_create_run_from_form_and_watch_it_finish(site, page):
+    page.goto(f"{site.url}/new")
+    page.select_option("select[name=preset]", "tiny")
+    page.select_option("select[name=device]", "cpu")
+    page.select_option("select[name=precision]", "fp32")
+    for name, value in {"steps": "30", "batch_size": "4", "eval_every": "10", "seed": "7", "name": "<script>alert(1)</script>"}.items():
+        page.fill(f"input[name={name}]", value)
+    assert "training tokens" in page.inner_text("#estimate")
+    page.click("button[type=submit]")
+    page.wait_for_url("**/runs/*")
+    # the chart receives points as they are pushed, then the run finishes
+    page.wait_for_function("window.runState && window.runState.rows.length >= 2", timeout=120_000)
+    page.wait_for_function("document.getElementById('run-status').textContent === 'succeeded'", timeout=120_000)
+    page.wait_for_function("window.runState.rows.length === 4")
+    steps = page.evaluate("window.runState.rows.map(r => r.step)")
+    assert steps == [0, 10, 20, 30]
+    assert page.inner_text("#run-name") == "<script>alert(1)</script>"  # shown as text, not run
+    assert page.inner_text("#progress-text") == "30 / 30"
+    assert page.locator("#samples li").count() == 4
+    assert page.locator("#loss-chart canvas").count() == 1
+    shot(page, "run-finished")
+
+
+def test_validation_errors_show_next_to_fields(site, page):
+    page.goto(f"{site.url}/new")
+    page.fill("input[name=steps]", "0")
+    page.fill("input[name=lr]", "5")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#error-steps")
+    assert "greater than or equal to 1" in page.inner_text("#error-steps")
+    assert "less than or equal to 1" in page.inner_text("#error-lr")
+    assert page.url.endswith("/new")
+    shot(page, "new-run-errors")
+
+
+def test_sample_box_streams_text(site, page):
+    import httpx
+
+    run = httpx.post(f"{site.url}/api/runs", json={**TINY, "steps": 10, "eval_every": 10}).json()[0]
+    read_events(f"{site.url}/api/runs/{run['id']}/events")
+    page.goto(f"{site.url}/runs/{run['id']}")
+    page.fill("#sample-form textarea[name=prompt]", "Holmes")
+    page.fill("#sample-form input[name=max_tokens]", "30")
+    page.fill("#sample-form input[name=seed]", "3")
+    page.click("#sample-btn")
+    page.wait_for_function("document.getElementById('sample-output').textContent.length > 'Holmes'.length")
+    page.wait_for_function("!document.getElementById('sample-btn').disabled")
+    text = page.inner_text("#sample-output")
+    assert text.startswith("Holmes") and len(text) > len("Holmes")
+    page.fill("#neighbours-form input[name=word]", " the")
+    page.click("#neighbours-form button")
+    page.wait_for_selector("#neighbours li")
+    assert page.locator("#neighbours li").count() == 10
+    shot(page, "sample-box")
+
+
+def test_compare_page_for_two_runs(site, page):
+    import httpx
+
+    pair = httpx.post(f"{site.url}/api/runs", json={**TINY, "steps": 10, "eval_every": 5, "device": ["cpu", "auto"]}).json()
+    for r in pair:
+        read_events(f"{site.url}/api/runs/{r['id']}/events")
+    page.goto(f"{site.url}/")
+    for r in pair:
+        page.check(f"input[name=ids][value='{r['id']}']")
+    page.click("#compare-form button[type=submit]")
+    page.wait_for_url("**/compare?*")
+    assert page.locator("table.compare thead th").count() == 3
+    assert "Largest gap between the curves" in page.inner_text("#curve-gap")
+    assert page.locator("#compare-chart canvas").count() == 1
+    assert "device" in page.inner_text("table.config")
+    shot(page, "compare")
+
+
+def test_runs_page_updates_live_and_works_at_phone_width(site, browser):
+    import httpx
+
+    context = browser.new_context(viewport={"width": 390, "height": 800})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"{site.url}/")
+    page.wait_for_timeout(800)
+    run = httpx.post(f"{site.url}/api/runs", json={**TINY, "steps": 5, "eval_every": 5, "name": "live-row"}).json()[0]
+    page.wait_for_selector(f"#run-{run['id']}", timeout=30_000)  # pushed, no reload
+    wait_for(lambda: httpx.get(f"{site.url}/api/runs/{run['id']}").json()["status"] == "succeeded", timeout=120)
+    page.wait_for_function(f"document.querySelector('#run-{run['id']} .status').textContent === 'succeeded'",
+                           timeout=30_000)
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 400  # the table scrolls inside itself; the page does not
+    shot(page, "runs-phone")
+    context.close()
+    assert errors == []
