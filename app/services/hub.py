@@ -60,7 +60,14 @@ class EventHub:
         """Recent events after ``after`` that ``keep`` accepts; None if memory no longer reaches back that far."""
         if not self.recent or self.recent[0].id > after + 1:
             return None
-        return [e for e in self.recent if e.id > after and keep(e)]
+        newer = []
+        for event in reversed(self.recent):  # ids increase: only the tail is newer
+            if event.id <= after:
+                break
+            if keep(event):
+                newer.append(event)
+        newer.reverse()
+        return newer
 
     async def wait_past(self, seen: int, timeout: float) -> None:
         """Return once the newest event id differs from ``seen``, or after ``timeout`` seconds."""

@@ -41,7 +41,7 @@ window.TG = (() => {
   function chart(el, series, opts) {
     const width = Math.max(260, el.clientWidth || 600);
     const height = el.classList.contains("small") ? 180 : 320;
-    const axis = { stroke: textColor(), grid: { stroke: "rgba(128,128,128,0.18)" }, ticks: { stroke: "rgba(128,128,128,0.3)" } };
+    const axis = { stroke: textColor(), size: 64, grid: { stroke: "rgba(128,128,128,0.18)" }, ticks: { stroke: "rgba(128,128,128,0.3)" } };
     const config = {
       width, height,
       scales: { x: { time: false }, y: { distr: opts && opts.log ? 3 : 1 }, ...(opts && opts.scales) },

@@ -128,6 +128,8 @@ function setupRunPage() {
     if (!fresh(e)) return;
     const d = JSON.parse(e.data);
     addListItem("log", [["span", d.message]]);
+    const started = d.message.match(/^(?:started|resumed at step \d+) on (.*)$/);
+    if (started) $("device-desc").textContent = started[1];
     if (d.message.startsWith("best checkpoint")) $("ckpt-link").hidden = false;
   });
   source.addEventListener("status", (e) => {
