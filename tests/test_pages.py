@@ -152,3 +152,57 @@ def test_runs_page_updates_live_and_works_at_phone_width(site, browser):
     shot(page, "runs-phone")
     context.close()
     assert errors == []
+
+
+def insert_long_run(home: Home, steps: int = 10_000, eval_every: int = 500) -> int:
+    """A finished run with one metric per step whose validation turns up after step 4,000."""
+    import math
+
+    from app.db import session_scope
+    from app.models import EventType, Metric, Run, RunStatus
+    from app.services.events import record_event
+    from app.settings import Settings
+
+    settings = Settings(home=home.path, holmes_path=home.corpus)
+    with session_scope(settings) as s:
+        run = Run(name="long", status=RunStatus.succeeded, requested_device="cpu", device="cpu",
+                  config={**TINY, "steps": steps, "eval_every": eval_every, "dataset": "holmes", "precision": "fp32"})
+        s.add(run)
+        s.flush()
+        for step in range(steps + 1):
+            train = 1.0 + 7.0 * math.exp(-step / 2500)
+            val = None
+            if step % eval_every == 0:
+                val = 2.5 + abs(step - 4000) / 2000  # falls to its best at step 4,000, then climbs
+            m = dict(step=step, train_loss=train, val_loss=val, lr=1e-3, tokens_per_sec=1000.0 + step % 7,
+                     elapsed_sec=step * 0.1, tokens_seen=step * 512, epochs=step / 1000, peak_mem_mib=300.0)
+            s.add(Metric(run_id=run.id, **m))
+            record_event(s, run_id=run.id, type=EventType.metric, data=m)
+        s.flush()
+        from app.services.runs import set_status
+
+        set_status(s, run, RunStatus.succeeded)
+        return run.id
+
+
+def test_ten_thousand_steps_render_downsampled_with_the_overfitting_banner(site, page):
+    from .service_helpers import Home
+
+    home = Home(Path(site.log_path).parent, Path())
+    run_id = insert_long_run(home)
+    page.goto(f"{site.url}/runs/{run_id}")
+    page.wait_for_function("window.runState && window.runState.ended && window.runState.rows.length === 10001",
+                           timeout=120_000)
+    drawn = page.evaluate("window.runState.drawnPoints")
+    assert 1000 <= drawn <= 2100  # downsampled for drawing; the data keeps all 10,001 rows
+    banner = page.inner_text("#banner")
+    assert banner.startswith("Overfitting since step 4500; best checkpoint is step 4000")
+    # panning / zooming stays responsive: redraw with another axis and smoothing, timed in the page
+    ms = page.evaluate("""() => { const t = performance.now();
+        document.getElementById('smoothing').value = 0.9;
+        document.getElementById('smoothing').dispatchEvent(new Event('input'));
+        document.getElementById('x-axis').value = 'tokens_seen';
+        document.getElementById('x-axis').dispatchEvent(new Event('change'));
+        return performance.now() - t; }""")
+    assert ms < 2000
+    shot(page, "run-10k-overfitting")

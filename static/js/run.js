@@ -42,6 +42,7 @@ function setupRunPage() {
     const bestIdx = state.best ? rows.indexOf(state.best) : -1;
     const best = rows.map((_, i) => (i === bestIdx ? rows[i].val_loss : null));
     charts.loss.setData([xs, pick(train), pick(val), pick(gap), pick(best)]);
+    state.drawnPoints = xs.length;
     const nonzero = rows.flatMap((r, i) => (r.tokens_per_sec > 0 ? [i] : []));
     const tIdx = nonzero.length > MAX_POINTS ? nonzero.filter((_, k) => k % Math.ceil(nonzero.length / MAX_POINTS) === 0) : nonzero;
     charts.tps.setData([tIdx.map((i) => rows[i][xKey]), tIdx.map((i) => rows[i].tokens_per_sec)]);
