@@ -12,8 +12,9 @@ from fastapi.staticfiles import StaticFiles
 
 from . import pages
 from .api import catalog, events, runs
-from .db import init_db
+from .db import init_db, session_scope
 from .errors import AppError
+from .services.datasets import ensure_builtin
 from .services.hub import EventHub
 from .settings import Settings, get_settings
 
@@ -25,6 +26,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.home_dir.mkdir(parents=True, exist_ok=True)
         init_db(settings)
+        with session_scope(settings) as session:
+            ensure_builtin(session, settings=settings)
         app.state.settings = settings
         app.state.hub = EventHub(settings)
         app.state.hub.start()

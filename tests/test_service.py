@@ -86,6 +86,10 @@ def test_run_end_to_end_through_the_event_stream(shared):
         again = read_events(f"{app.url}/api/runs/{run['id']}/events", last_event_id=middle)
         assert [e["id"] for e in again if "id" in e] == [i for i in ids if i > middle]
 
+        holmes = next(d for d in c.get("/api/datasets").json() if d["name"] == "holmes")
+        assert holmes["builtin"] and holmes["sha256"] and holmes["bytes"] == home.corpus.stat().st_size
+        assert {"vocab_size": 4096}.items() <= holmes["tokenizers"][0].items()
+
         # rename, tag, filter
         patched = c.patch(f"/api/runs/{run['id']}", json={"name": "renamed", "tags": ["a", "b"], "notes": "n"}).json()
         assert (patched["name"], patched["tags"], patched["notes"]) == ("renamed", ["a", "b"], "n")
@@ -165,6 +169,28 @@ def test_failing_job_ends_failed_with_its_error(shared):
         assert events[-2]["data"]["status"] == "failed"
         # the worker keeps serving
         ok = create(c, steps=5, eval_every=5)
+        read_events(f"{app.url}/api/runs/{ok['id']}/events")
+        assert run_status(c, ok["id"]) == "succeeded"
+
+
+def test_job_killed_by_a_signal_ends_crashed_naming_it(shared):
+    import os
+
+    from app.db import session_scope
+    from app.models import Run
+    from app.settings import Settings
+
+    home, app = shared
+    with app.client() as c:
+        run = create(c, steps=100_000, eval_every=50)
+        wait_for(lambda: c.get(f"/api/runs/{run['id']}").json()["last_step"] > 0, timeout=60, message="training")
+        with session_scope(Settings(home=home.path)) as s:
+            pid = s.get(Run, run["id"]).pid
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: run_status(c, run["id"]) == "crashed", timeout=20, message="crashed")
+        final = c.get(f"/api/runs/{run['id']}").json()
+        assert final["error"] == "job process killed by SIGKILL (out of memory?)"
+        ok = create(c, steps=5, eval_every=5)  # the worker keeps serving
         read_events(f"{app.url}/api/runs/{ok['id']}/events")
         assert run_status(c, ok["id"]) == "succeeded"
 

@@ -26,7 +26,7 @@ from sqlmodel import col
 
 from app.db import init_db, session_scope
 from app.models import EventType, Metric, Run, RunStatus, Sample, utcnow
-from app.services.datasets import HOLMES, dataset_path
+from app.services.datasets import HOLMES, dataset_path, ensure_builtin, record_tokenizer
 from app.services.events import record_event
 from app.services.runs import set_status
 from app.settings import Settings, get_settings
@@ -181,6 +181,11 @@ def main(argv: list[str]) -> int:
         config = train_config(run, corpus, run.device or "auto", None)
         trainer = Trainer(config, run.out_dir, callbacks=callbacks, cache_dir=settings.cache_dir,
                           resume=bool(run.config.get("resume", True)))
+        with session_scope(settings) as s:
+            if run.config["dataset"] == HOLMES:
+                ensure_builtin(s, settings=settings)
+            record_tokenizer(s, name=run.config["dataset"], vocab_size=trainer.tokenizer.vocab_size,
+                             fingerprint=trainer.tokenizer.fingerprint())
         result = trainer.run()
         done.set()
         if result.stopped and callbacks.preempted.is_set():

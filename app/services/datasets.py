@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Protocol
 
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from ..errors import Invalid, NotFound, TooLarge
 from ..models import Dataset
@@ -42,14 +42,41 @@ def check_dataset_exists(session: Session, *, name: str) -> None:
         raise Invalid(f"unknown dataset {name!r}; upload it first or use 'holmes'", field="dataset")
 
 
+def file_facts(path: Path) -> tuple[str, int, int]:
+    """sha256, bytes and characters of a text file."""
+    data = path.read_bytes()
+    return hashlib.sha256(data).hexdigest(), len(data), len(data.decode("utf-8", errors="replace"))
+
+
+def ensure_builtin(session: Session, *, settings: Settings) -> Dataset:
+    """The built-in Holmes row, its facts refreshed from the file when the file is there."""
+    path = settings.holmes_corpus()
+    ds = session.exec(select(Dataset).where(Dataset.name == HOLMES)).first()
+    if ds is None:
+        ds = Dataset(name=HOLMES, sha256="", bytes=0, chars=0, path=str(path), builtin=True)
+    ds.path = str(path)
+    if path.exists() and (ds.bytes != path.stat().st_size or not ds.sha256):
+        ds.sha256, ds.bytes, ds.chars = file_facts(path)
+    session.add(ds)
+    session.commit()
+    session.refresh(ds)
+    return ds
+
+
+def record_tokenizer(session: Session, *, name: str, vocab_size: int, fingerprint: str) -> None:
+    """Note on the dataset row that a tokenizer of this size was trained for it (cached under $TINYGPT_HOME/cache)."""
+    ds = session.exec(select(Dataset).where(Dataset.name == name)).first()
+    if ds is None:
+        return
+    entry = {"vocab_size": vocab_size, "fingerprint": fingerprint}
+    if entry not in ds.tokenizers:
+        ds.tokenizers = [*ds.tokenizers, entry]  # a new list, so the JSON column is saved
+        session.add(ds)
+
+
 def list_datasets(session: Session, *, settings: Settings) -> list[dict]:
-    holmes = settings.holmes_corpus()
-    builtin = {
-        "name": HOLMES, "sha256": "", "bytes": holmes.stat().st_size if holmes.exists() else 0, "chars": 0,
-        "builtin": True, "tokenizers": [], "created_at": None, "available": holmes.exists(),
-    }
-    rows = session.exec(select(Dataset).order_by(Dataset.name)).all()
-    return [builtin] + [{**r.model_dump(exclude={"id", "path"}), "available": Path(r.path).exists()} for r in rows]
+    rows = session.exec(select(Dataset).order_by(col(Dataset.builtin).desc(), Dataset.name)).all()
+    return [{**r.model_dump(exclude={"id", "path"}), "available": Path(r.path).exists()} for r in rows]
 
 
 async def upload_dataset(session: Session, *, name: str, source: AsyncReadable, settings: Settings) -> Dataset:
