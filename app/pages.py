@@ -12,7 +12,7 @@ from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 from sqlmodel import col, select
 
-from tinygpt.presets import ARCHS, list_presets
+from tinygpt.presets import ARCHS, PRESETS, list_presets
 
 from .deps import SessionDep, SettingsDep
 from .errors import AppError
@@ -26,9 +26,9 @@ templates.env.globals["fmt"] = lambda v: "–" if v is None else f"{v:.4f}"
 router = APIRouter(include_in_schema=False)
 
 FORM_DEFAULTS: dict[str, Any] = {
-    "preset": "tiny", "arch": "", "dataset": "holmes", "device": "auto", "precision": "auto", "steps": 1500,
-    "batch_size": 32, "lr": 0.001, "eval_every": 250, "seed": 1337, "threads": None, "grad_accum": 1,
-    "compile": False, "grad_checkpointing": False, "resume": True, "sample_prompt": "Holmes", "name": "", "tags": [],
+    "preset": "tiny", "arch": "", "dataset": "holmes", "device": "auto", "precision": "auto", "lr": 0.001,
+    "seed": 1337, "threads": None, "grad_accum": 1, "compile": False, "grad_checkpointing": False, "resume": True,
+    "sample_prompt": "Holmes", "name": "", "tags": [], **PRESETS["tiny"].training,
 }
 CHECKBOXES = ("compile", "grad_checkpointing", "resume")
 

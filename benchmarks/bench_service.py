@@ -32,6 +32,7 @@ from tests.service_helpers import AppServer, Home, Worker  # noqa: E402
 
 async def _listen(url: str, n_events: int, arrivals: list[float], ready: asyncio.Event, counter: list[int],
                   n_clients: int) -> None:
+    connected_at = time.time()
     async with httpx.AsyncClient(timeout=httpx.Timeout(120, connect=10)) as client:
         async with client.stream("GET", url) as response:
             counter[0] += 1
@@ -41,7 +42,7 @@ async def _listen(url: str, n_events: int, arrivals: list[float], ready: asyncio
             async for line in response.aiter_lines():
                 if line.startswith("data:"):
                     data = json.loads(line[5:])
-                    if "written_at" in data:
+                    if data.get("written_at", 0) > connected_at:  # live events only, not the replayed history
                         arrivals.append(time.time() - data["written_at"])
                         got += 1
                         if got >= n_events:
@@ -89,6 +90,20 @@ async def _watch(url: str, stop: asyncio.Event) -> None:
                     return
 
 
+async def get_json(client: httpx.AsyncClient, url: str, attempts: int = 5) -> dict | list:
+    """GET with a few retries: a keep-alive connection the server just closed is not a result."""
+    for attempt in range(attempts):
+        try:
+            response = await client.get(url)
+            response.raise_for_status()
+            return response.json()
+        except httpx.TransportError:
+            if attempt == attempts - 1:
+                raise
+            await asyncio.sleep(0.2)
+    raise AssertionError("unreachable")
+
+
 async def one_training(app: AppServer, clients: int, steps: int) -> float:
     async with httpx.AsyncClient(base_url=app.url, timeout=30) as c:
         # threads=1: on a 2-core machine the training run gets one core and the app and the clients
@@ -99,11 +114,11 @@ async def one_training(app: AppServer, clients: int, steps: int) -> float:
         stop = asyncio.Event()
         watchers = [asyncio.create_task(_watch(f"{app.url}/api/runs/{run['id']}/events", stop))
                     for _ in range(clients)]
-        while (await c.get(f"/api/runs/{run['id']}")).json()["status"] not in ("succeeded", "failed"):
+        while (await get_json(c, f"/api/runs/{run['id']}"))["status"] not in ("succeeded", "failed"):
             await asyncio.sleep(0.5)
         stop.set()
         await asyncio.gather(*watchers, return_exceptions=True)
-        metrics = (await c.get(f"/api/runs/{run['id']}/metrics")).json()
+        metrics = await get_json(c, f"/api/runs/{run['id']}/metrics")
         rates = [m["tokens_per_sec"] for m in metrics if m["tokens_per_sec"] > 0]
         return statistics.median(rates)
 

@@ -3,7 +3,10 @@
 Every figure is a ratio of two things measured side by side in this one run, on
 this machine; absolute numbers are printed for context only.
 
-    python -m benchmarks.run [--only tokenizer,train,sample] [--out BENCHMARKS.md]
+    python -m benchmarks.run [--only tokenizer,train,sample,service] [--out BENCHMARKS.md]
+
+Results are also kept in benchmarks/results.json; a run with --only replaces those suites'
+results and keeps the others (each suite's ratios are measured within its own run).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 from . import bench_sample, bench_service, bench_tokenizer, bench_train
 from .common import ROOT, machine
 
+RESULTS = ROOT / "benchmarks" / "results.json"
 SUITES = {
     "tokenizer": bench_tokenizer.run,
     "train": bench_train.run,
@@ -111,11 +115,14 @@ def main() -> None:
     args = ap.parse_args()
     m = machine()
     print(m, flush=True)
-    results = {}
+    saved = RESULTS.read_text() if RESULTS.exists() else "{}"
+    previous = json.loads(saved)
+    results = previous.get("results", {}) if previous.get("machine") == m else {}
     for name in args.only.split(","):
         print(f"running {name} ...", flush=True)
         results[name] = SUITES[name]()
         print(json.dumps(results[name], indent=2), flush=True)
+    RESULTS.write_text(json.dumps({"machine": m, "results": results}, indent=2) + "\n")
     args.out.write_text(render(results, m))
     print(f"wrote {args.out}")
 

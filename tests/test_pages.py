@@ -61,7 +61,11 @@ def shot(page, name: str) -> None:
 
 def test_create_run_from_form_and_watch_it_finish(site, page):
     page.goto(f"{site.url}/new")
-    page.select_option("select[name=preset]", "tiny")
+    page.select_option("select[name=preset]", "holmes")
+    assert page.input_value("input[name=steps]") == "1500" and page.input_value("input[name=eval_every]") == "250"
+    page.select_option("select[name=preset]", "tiny")  # the preset fills its suggested fields
+    assert page.input_value("input[name=steps]") == "300" and page.input_value("input[name=batch_size]") == "16"
+    assert "475,712 parameters" in page.inner_text("#preset-info")
     page.select_option("select[name=device]", "cpu")
     page.select_option("select[name=precision]", "fp32")
     for name, value in {"steps": "30", "batch_size": "4", "eval_every": "10", "seed": "7", "name": "<script>alert(1)</script>"}.items():

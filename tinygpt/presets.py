@@ -29,6 +29,7 @@ class Preset:
     description: str
     default_arch: str
     size: dict
+    training: dict  # suggested steps, batch size and evaluation interval (the form fills them in)
 
 
 PRESETS: dict[str, Preset] = {
@@ -39,24 +40,28 @@ PRESETS: dict[str, Preset] = {
             "The series' model: 5.8M parameters, 6 layers of 256, context 256.",
             "series",
             {"vocab_size": 4096, "d_model": 256, "n_heads": 4, "n_layers": 6, "context": 256, "dropout": 0.1},
+            {"steps": 1500, "batch_size": 32, "eval_every": 250},
         ),
         Preset(
             "tiny",
             "A smoke-test model: about half a million parameters, trains in minutes on any CPU.",
             "modern",
             {"vocab_size": 4096, "d_model": 64, "n_heads": 4, "n_layers": 4, "context": 128, "dropout": 0.0},
+            {"steps": 300, "batch_size": 16, "eval_every": 50},
         ),
         Preset(
             "student",
             "About 2.6M parameters: learns readable words in a laptop-CPU half hour.",
             "modern",
             {"vocab_size": 4096, "d_model": 192, "n_heads": 6, "n_layers": 4, "context": 256, "dropout": 0.1},
+            {"steps": 1000, "batch_size": 32, "eval_every": 100},
         ),
         Preset(
             "small",
             "About 4M parameters, context 128: the largest that trains usefully on a laptop CPU in an hour.",
             "modern",
             {"vocab_size": 4096, "d_model": 256, "n_heads": 4, "n_layers": 4, "context": 128, "dropout": 0.1},
+            {"steps": 2000, "batch_size": 32, "eval_every": 200},
         ),
     )
 }
@@ -96,6 +101,7 @@ def list_presets() -> list[dict]:
                 "description": p.description,
                 "default_arch": p.default_arch,
                 **p.size,
+                "training": p.training,
                 "params": {arch: parameter_count(p.name, arch) for arch in ARCHS},
             }
         )

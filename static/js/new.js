@@ -24,6 +24,13 @@ function setupNewRunForm() {
     }
     $("#estimate").textContent = text + ".";
   }
+  // Choosing a preset fills in its suggested steps, batch size and evaluation interval.
+  document.getElementById("new-form").addEventListener("change", (ev) => {
+    if (ev.target.name !== "preset") return;
+    const preset = byName[ev.target.value];
+    for (const [key, value] of Object.entries(preset.training)) field(key).value = value;
+    update();
+  });
   document.getElementById("new-form").addEventListener("input", update);
   document.body.addEventListener("htmx:afterSwap", update);
   update();
