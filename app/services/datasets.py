@@ -76,7 +76,7 @@ def record_tokenizer(session: Session, *, name: str, vocab_size: int, fingerprin
 
 def list_datasets(session: Session, *, settings: Settings) -> list[dict]:
     rows = session.exec(select(Dataset).order_by(col(Dataset.builtin).desc(), Dataset.name)).all()
-    return [{**r.model_dump(exclude={"id", "path"}), "available": Path(r.path).exists()} for r in rows]
+    return [{**r.model_dump(mode="json", exclude={"id", "path"}), "available": Path(r.path).exists()} for r in rows]
 
 
 async def upload_dataset(session: Session, *, name: str, source: AsyncReadable, settings: Settings) -> Dataset:
