@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends
 from sqlmodel import Session
 
 from .db import get_engine
@@ -15,10 +15,6 @@ from .settings import Settings, get_settings
 def get_session() -> Iterator[Session]:
     with Session(get_engine(), expire_on_commit=False) as session:
         yield session
-
-
-def get_hub(request: Request):  # noqa: ANN201
-    return request.app.state.hub
 
 
 SessionDep = Annotated[Session, Depends(get_session)]

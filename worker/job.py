@@ -175,8 +175,9 @@ def main(argv: list[str]) -> int:
     callbacks = JobCallbacks(run_id, settings)
     signal.signal(signal.SIGTERM, lambda *_: callbacks.preempted.set())
     cancelled, done = threading.Event(), threading.Event()
-    threading.Thread(target=watch, args=(run_id, attempt, settings, parent, cancelled, done), daemon=True).start()
-    try:
+    watcher = threading.Thread(target=watch, args=(run_id, attempt, settings, parent, cancelled, done), daemon=True)
+    try:  # the watcher may interrupt at once (a cancel that came early): start it inside the try
+        watcher.start()
         corpus = corpus_for(run, settings)
         config = train_config(run, corpus, run.device or "auto", None)
         trainer = Trainer(config, run.out_dir, callbacks=callbacks, cache_dir=settings.cache_dir,

@@ -10,7 +10,6 @@ from functools import lru_cache
 from pathlib import Path
 
 from sqlalchemy import delete as sa_delete
-from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from tinygpt.device import available_devices
@@ -29,6 +28,7 @@ from ..models import (
     RunStatus,
     RunUpdate,
     Sample,
+    utcnow,
 )
 from ..settings import Settings
 from .datasets import check_dataset_exists
@@ -156,7 +156,7 @@ def cancel_run(session: Session, *, run_id: int) -> Run:
     if RunStatus(run.status).finished:
         raise Conflict(f"run {run_id} has already finished ({run.status})")
     if run.status == RunStatus.queued:
-        set_status(session, run, RunStatus.cancelled, finished_at=_now())
+        set_status(session, run, RunStatus.cancelled, finished_at=utcnow())
     else:
         run.cancel_requested = True
         session.add(run)
@@ -164,12 +164,6 @@ def cancel_run(session: Session, *, run_id: int) -> Run:
     session.commit()
     session.refresh(run)
     return run
-
-
-def _now():  # noqa: ANN202
-    from ..models import utcnow
-
-    return utcnow()
 
 
 def run_metrics(session: Session, *, run_id: int) -> list[Metric]:
@@ -202,10 +196,6 @@ def checkpoint_file(session: Session, *, run_id: int, settings: Settings) -> Pat
     if not path.is_relative_to(settings.home_dir.resolve()) or not path.is_file():
         raise NotFound(f"run {run_id}'s checkpoint file is missing")
     return path
-
-
-def count_runs(session: Session) -> int:
-    return session.exec(select(func.count()).select_from(Run)).one()
 
 
 # -- comparison ---------------------------------------------------------------------------------
