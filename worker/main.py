@@ -19,6 +19,9 @@ import threading
 import time
 from dataclasses import dataclass
 
+from sqlalchemy import update
+from sqlmodel import col
+
 from app.db import init_db, session_scope
 from app.models import Run, RunStatus, utcnow
 from app.services.runs import set_status
@@ -56,6 +59,7 @@ class Worker:
         self.slots = [Slot(d) for d in devices]
         self.name = name or f"{socket.gethostname()}:{','.join(devices)}"
         self.stopping = threading.Event()
+        self.last_beat = 0.0
 
     def start_job(self, slot: Slot, run: Run) -> None:
         cmd = [sys.executable, "-m", "worker.job", str(run.id), str(run.attempt)]
@@ -79,7 +83,19 @@ class Worker:
                 log.warning("run %s: %s", run.id, error)
         slot.process, slot.run_id = None, None
 
+    def beat(self) -> None:
+        """Heartbeat for the runs whose job process is alive (a job writes its own too, once it has started)."""
+        now = time.monotonic()
+        live = [slot.run_id for slot in self.slots if slot.process is not None and slot.process.poll() is None]
+        if not live or now - self.last_beat < self.settings.heartbeat_sec:
+            return
+        self.last_beat = now
+        with session_scope(self.settings) as s:
+            s.exec(update(Run).where(col(Run.id).in_(live), col(Run.status) == RunStatus.running,  # type: ignore[call-overload]
+                                     col(Run.worker) == self.name).values(heartbeat_at=utcnow()))
+
     def tick(self) -> None:
+        self.beat()
         with session_scope(self.settings) as s:
             reap_dead_runs(s, worker=self.name, stale_after_sec=self.settings.stale_after_sec, own=False,
                            max_attempts=self.settings.max_attempts)
@@ -91,6 +107,7 @@ class Worker:
                     run = claim_next(s, worker=self.name, slot=slot.device)
                 if run is not None:
                     self.start_job(slot, run)
+                    self.last_beat = 0.0
 
     def shutdown(self) -> None:
         running = [slot for slot in self.slots if slot.process is not None]
