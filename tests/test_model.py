@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tinygpt.info import untrained_loss
-from tinygpt.model import GPT, GPTConfig, KVCache
+from tinygpt.model import GPT, GPTConfig, KVCache, Linear, apply_rope, rope_tables
 from tinygpt.presets import ARCHS, PRESETS, list_presets, model_config, parameter_count
 
 ARCH_NAMES = list(ARCHS)
@@ -136,3 +136,26 @@ def test_sequence_longer_than_context_is_rejected():
     model = GPT(small_config("series"))
     with pytest.raises(ValueError, match="exceeds the context of 32"):
         model(torch.zeros(1, 33, dtype=torch.long))
+
+
+def test_rope_keeps_lengths_and_depends_only_on_relative_position():
+    cos, sin = rope_tables(8, 32, 10000.0)
+    q, k = torch.randn(8), torch.randn(8)
+    at = lambda v, pos: apply_rope(v.view(1, 8), cos[pos : pos + 1], sin[pos : pos + 1])[0]  # noqa: E731
+    assert torch.allclose(at(q, 5).norm(), q.norm())
+    assert torch.allclose(at(q, 0), q)  # position 0 does not turn
+    assert torch.allclose(at(q, 7) @ at(k, 3), at(q, 24) @ at(k, 20), atol=1e-5)  # same offset 4
+    assert not torch.allclose(at(q, 7) @ at(k, 3), at(q, 7) @ at(k, 6), atol=1e-3)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_one_row_inference_path_of_linear_matches_f_linear(bias):
+    layer = Linear(16, 24, bias=bias)
+    x = torch.randn(3, 1, 16)
+    with torch.no_grad():
+        fast = layer(x)
+        layer.weight.mul_(2.0)  # an in-place update must refresh the cached transpose
+        refreshed = layer(x)
+    expected = torch.nn.functional.linear(x, layer.weight, layer.bias)
+    assert torch.allclose(refreshed, expected, atol=1e-6)
+    assert not torch.allclose(fast, refreshed)

@@ -84,11 +84,11 @@ class Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() < 2 or x.shape[-2] != 1 or torch.is_grad_enabled():
             return F.linear(x, self.weight, self.bias)
-        key = (self.weight._version, self.weight.data_ptr())
-        if self._transposed is None or self._transposed[:2] != key:
-            self._transposed = (*key, self.weight.detach().t().contiguous())
-        y = x @ self._transposed[2]
-        return y if self.bias is None else y + self.bias
+        weight, cached = self.weight, self._transposed
+        if cached is None or cached[0] != weight._version or cached[1] != weight.data_ptr():
+            cached = self._transposed = (weight._version, weight.data_ptr(), weight.detach().t().contiguous())
+        y = torch.matmul(x, cached[2])  # (..., 1, out)
+        return y if self.bias is None else y.add_(self.bias)
 
 
 class RMSNorm(nn.Module):
@@ -108,21 +108,33 @@ def make_norm(config: GPTConfig) -> nn.Module:
 
 
 def rope_tables(head_dim: int, length: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin tables, each (length, head_dim // 2), for rotary embeddings."""
+    """cos and signed sin tables, each (length, head_dim), for rotary embeddings.
+
+    Dimension i of the first half pairs with dimension i of the second half and both turn by
+    the same angle, so ``cos`` repeats its half and ``sin`` carries the rotation's sign:
+    ``cos = [c, c]``, ``sin = [-s, s]``.
+    """
     inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
     angles = torch.outer(torch.arange(length, dtype=torch.float32), inv_freq)  # (T, hd/2)
-    return angles.cos(), angles.sin()
+    cos, sin = angles.cos(), angles.sin()
+    return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)  # (T, hd) each
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate pairs (first half, second half) of the head dimension.
 
-    x: (B, heads, T, head_dim); cos, sin: (T, head_dim // 2).
+    ``[x1, x2] -> [x1 c - x2 s, x2 c + x1 s]``, computed as ``x * cos + swap_halves(x) * sin``
+    in four tensor operations (the per-op cost dominates one-token decoding).
+    x: (..., T, head_dim); cos, sin: (T, head_dim) from ``rope_tables``.
+
+    >>> cos, sin = rope_tables(2, 2, 10000.0)  # position 1 turns by 1 radian
+    >>> apply_rope(torch.tensor([[1.0, 0.0], [1.0, 0.0]]), cos, sin)
+    tensor([[1.0000, 0.0000],
+            [0.5403, 0.8415]])
     """
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]  # (B, heads, T, hd/2) each
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+    if cos.dtype != x.dtype:
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
 
 
 class KVCache:
@@ -160,13 +172,12 @@ class CausalSelfAttention(nn.Module):
     ) -> torch.Tensor:
         B, T, C = x.shape
         h, hd = self.config.n_heads, self.config.head_dim
-        q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, C) each
-        q = q.view(B, T, h, hd).transpose(1, 2)  # (B, heads, T, head_dim)
-        k = k.view(B, T, h, hd).transpose(1, 2)
-        v = v.view(B, T, h, hd).transpose(1, 2)
+        qkv = self.qkv(x).view(B, T, 3, h, hd).transpose(1, 3)  # (B, heads, 3, T, head_dim)
+        qk, v = qkv[:, :, :2], qkv[:, :, 2]  # (B, heads, 2, T, head_dim), (B, heads, T, head_dim)
         if rope is not None:
             cos, sin = rope
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            qk = apply_rope(qk, cos, sin)  # one call rotates queries and keys
+        q, k = qk[:, :, 0], qk[:, :, 1]  # (B, heads, T, head_dim) each
         if cache is not None:
             k, v = cache.update(self.layer, k, v, start_pos)  # (B, heads, start+T, head_dim)
         if cache is None or start_pos == 0:
@@ -216,6 +227,9 @@ class Block(nn.Module):
         cache: KVCache | None = None,
         start_pos: int = 0,
     ) -> torch.Tensor:
+        if cache is not None:  # decoding: eval mode, no dropout, skip the module calls
+            x = x + self.attn(self.norm1(x), rope, cache, start_pos)
+            return x + self.mlp(self.norm2(x))
         x = x + self.drop(self.attn(self.norm1(x), rope, cache, start_pos))
         return x + self.drop(self.mlp(self.norm2(x)))
 
