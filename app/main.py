@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from . import pages
-from .api import catalog, events, runs
+from .api import benchmarks, catalog, events, runs
 from .db import init_db, session_scope
 from .errors import AppError
 from .services.datasets import ensure_builtin
@@ -46,6 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.include_router(runs.router)
     app.include_router(events.router)
+    app.include_router(benchmarks.router)
     app.include_router(catalog.router)
     app.include_router(catalog.health_router)
     app.include_router(pages.router)

@@ -40,6 +40,18 @@ class RunKind(enum.StrEnum):
     benchmark = "benchmark"
 
 
+def check_preset(name: str) -> str:
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return name
+
+
+def check_arch(name: str | None) -> str | None:
+    if name is not None and name not in ARCHS:
+        raise ValueError(f"unknown architecture {name!r}; choose one of {', '.join(ARCHS)}")
+    return name
+
+
 # -- runs -----------------------------------------------------------------------------------
 class RunConfig(SQLModel):
     """The validated training options of a run (the JSON body of POST /api/runs, less name/tags/device)."""
@@ -63,16 +75,12 @@ class RunConfig(SQLModel):
     @field_validator("preset")
     @classmethod
     def _known_preset(cls, v: str) -> str:
-        if v not in PRESETS:
-            raise ValueError(f"unknown preset {v!r}; choose one of {', '.join(PRESETS)}")
-        return v
+        return check_preset(v)
 
     @field_validator("arch")
     @classmethod
     def _known_arch(cls, v: str | None) -> str | None:
-        if v is not None and v not in ARCHS:
-            raise ValueError(f"unknown architecture {v!r}; choose one of {', '.join(ARCHS)}")
-        return v
+        return check_arch(v)
 
     @field_validator("precision")
     @classmethod
@@ -187,7 +195,8 @@ class RunPublic(SQLModel):
     @classmethod
     def of(cls, run: Run) -> RunPublic:
         data: dict[str, Any] = run.model_dump()
-        data["steps"] = int(run.config.get("steps", 0))
+        # progress: training steps, or for a benchmark the number of cells (known once it starts)
+        data["steps"] = int(run.config.get("cells" if run.kind == RunKind.benchmark else "steps", 0))
         data["has_checkpoint"] = bool(run.checkpoint_path)
         return cls.model_validate(data)
 
@@ -293,6 +302,58 @@ class DatasetPublic(SQLModel):
     created_at: datetime
 
 
+class BenchmarkCreate(SQLModel):
+    """POST /api/benchmarks: a sweep over batch sizes x precisions (x CPU thread counts) for one device."""
+
+    preset: str = "holmes"
+    arch: str | None = None
+    device: str = "auto"
+    batch_sizes: list[int] = Field(default_factory=lambda: [8, 16, 32], min_length=1, max_length=12)
+    precisions: list[str] | None = Field(default=None, max_length=4, description="default: what the device supports")
+    threads: list[int] | None = Field(default=None, max_length=12, description="CPU thread counts (CPU only)")
+    steps: int = Field(default=5, ge=1, le=100, description="timed steps per cell")
+    warmup: int = Field(default=2, ge=0, le=20, description="untimed steps per cell")
+    name: str | None = Field(default=None, max_length=200)
+    tags: list[str] = Field(default_factory=list, max_length=50)
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, v: str) -> str:
+        return check_preset(v)
+
+    @field_validator("arch")
+    @classmethod
+    def _known_arch(cls, v: str | None) -> str | None:
+        return check_arch(v)
+
+    @field_validator("device")
+    @classmethod
+    def _device_name(cls, v: str) -> str:
+        return check_device_name(v)
+
+    @field_validator("batch_sizes")
+    @classmethod
+    def _batch_sizes(cls, v: list[int]) -> list[int]:
+        if any(not 1 <= b <= 4096 for b in v):
+            raise ValueError("each batch size must be in [1, 4096]")
+        return v
+
+    @field_validator("precisions")
+    @classmethod
+    def _precisions(cls, v: list[str] | None) -> list[str] | None:
+        for p in v or []:
+            if p not in ("auto", "fp32", "bf16", "fp16"):
+                raise ValueError(f"unknown precision {p!r}; use auto, fp32, bf16 or fp16")
+        return v
+
+    @field_validator("threads")
+    @classmethod
+    def _threads(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and any(not 1 <= t <= 1024 for t in v):
+            raise ValueError("each thread count must be in [1, 1024]")
+        return v
+
+
 class BenchmarkResult(SQLModel, table=True):
     __tablename__ = "benchmark_results"
 
@@ -307,3 +368,21 @@ class BenchmarkResult(SQLModel, table=True):
     ms_per_step: float | None = None
     peak_mem_mib: float | None = None
     oom: bool = False
+
+
+class BenchmarkCellPublic(SQLModel):
+    precision: str
+    batch_size: int
+    threads: int | None
+    tokens_per_sec: float | None
+    ms_per_step: float | None
+    peak_mem_mib: float | None
+    oom: bool
+
+
+class BenchmarkPublic(SQLModel):
+    """A benchmark run and the cells measured so far."""
+
+    run: RunPublic
+    preset: str
+    cells: list[BenchmarkCellPublic]

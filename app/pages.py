@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, UploadFile
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 from sqlmodel import col, select
@@ -16,7 +16,8 @@ from tinygpt.presets import ARCHS, PRESETS, list_presets
 
 from .deps import SessionDep, SettingsDep
 from .errors import AppError
-from .models import Metric, RunCreate, RunKind, RunPublic, RunStatus
+from .models import BenchmarkCreate, Metric, RunCreate, RunKind, RunPublic, RunStatus
+from .services import benchmarks as bench_svc
 from .services import datasets as ds_svc
 from .services import runs as svc
 
@@ -78,7 +79,7 @@ def form_context(session: SessionDep, settings: SettingsDep, values: dict, error
         "nav": "new", "values": values, "errors": errors, "presets": list_presets(), "archs": list(ARCHS),
         "datasets": ds_svc.list_datasets(session, settings=settings), "devices": devices,
         "gpu_available": any(d["device"].startswith("cuda") and d["available"] for d in devices),
-        "max_upload_mb": settings.max_upload_mb,
+        "max_upload_mb": settings.max_upload_mb, "speed_estimates": bench_svc.speed_estimates(session),
     }
 
 
@@ -136,8 +137,10 @@ async def upload_from_form(request: Request, session: SessionDep, settings: Sett
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
-def run_page(run_id: int, request: Request, session: SessionDep) -> HTMLResponse:
+def run_page(run_id: int, request: Request, session: SessionDep) -> Response:
     run = svc.get_run(session, run_id=run_id)
+    if run.kind == RunKind.benchmark:
+        return RedirectResponse(f"/benchmarks/{run_id}", status_code=303)
     public = RunPublic.of(run)
     return render(request, "run.html", nav="runs", run=public, run_json=public.model_dump(mode="json"),
                   samples=svc.run_samples(session, run_id=run_id))
@@ -164,5 +167,54 @@ def compare_page(request: Request, session: SessionDep, ids: Annotated[list[str]
 
 @router.get("/benchmarks", response_class=HTMLResponse)
 def benchmarks_page(request: Request, session: SessionDep) -> HTMLResponse:
-    runs = [r for r in svc.list_runs(session, limit=500).items if r.kind == RunKind.benchmark]
-    return render(request, "benchmarks.html", nav="benchmarks", runs=runs)
+    return render(request, "benchmarks.html", nav="benchmarks", benchmarks=bench_svc.list_benchmarks(session),
+                  **benchmark_form_context(BENCHMARK_FORM_DEFAULTS, {}))
+
+
+def benchmark_form_context(values: dict, errors: dict) -> dict:
+    return {"values": values, "errors": errors, "presets": list_presets(), "devices": list(svc.machine_devices())}
+
+
+BENCHMARK_FORM_DEFAULTS: dict[str, Any] = {
+    "preset": "holmes", "device": "auto", "batch_sizes": "8, 16, 32", "precisions": "", "threads": "", "steps": 5,
+    "warmup": 2, "name": "",
+}
+
+
+def parse_benchmark_form(form: dict[str, Any]) -> dict[str, Any]:
+    """Form strings to the JSON body of POST /api/benchmarks; a list that is not numbers stays a string (422)."""
+    body: dict[str, Any] = {k: v.strip() for k, v in form.items() if isinstance(v, str) and v.strip()}
+    for key in ("batch_sizes", "threads"):
+        if key in body:
+            parts = [p.strip() for p in body[key].split(",") if p.strip()]
+            body[key] = [int(p) for p in parts] if all(p.lstrip("-").isdigit() for p in parts) else body[key]
+    if "precisions" in body:
+        body["precisions"] = [p.strip() for p in body["precisions"].split(",") if p.strip()]
+    return body
+
+
+@router.post("/benchmarks", response_class=HTMLResponse)
+async def create_benchmark_from_form(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
+    form = dict(await request.form())
+    values = {**BENCHMARK_FORM_DEFAULTS, **{k: v for k, v in form.items() if isinstance(v, str)}}
+    try:
+        run = bench_svc.create_benchmark(session, body=BenchmarkCreate.model_validate(parse_benchmark_form(form)),
+                                         settings=settings)
+    except ValidationError as exc:
+        errors = {str(e["loc"][0]) if e["loc"] else "_": e["msg"].removeprefix("Value error, ") for e in exc.errors()}
+        return render(request, "_benchmark_form.html", 422, **benchmark_form_context(values, errors))
+    except AppError as exc:
+        errors = {exc.field or "_": exc.message}
+        return render(request, "_benchmark_form.html", exc.status_code, **benchmark_form_context(values, errors))
+    return Response(status_code=200, headers={"HX-Redirect": f"/benchmarks/{run.id}"})
+
+
+@router.get("/benchmarks/{run_id}", response_class=HTMLResponse)
+def benchmark_page(run_id: int, request: Request, session: SessionDep) -> HTMLResponse:
+    bench = bench_svc.get_benchmark(session, run_id=run_id)
+    return render(request, "benchmark.html", nav="benchmarks", bench=bench, bench_json=bench.model_dump(mode="json"))
+
+
+@router.get("/partials/benchmarks/{run_id}/cells", response_class=HTMLResponse)
+def benchmark_cells_partial(run_id: int, request: Request, session: SessionDep) -> HTMLResponse:
+    return render(request, "_benchmark_cells.html", bench=bench_svc.get_benchmark(session, run_id=run_id))

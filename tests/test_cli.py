@@ -1,6 +1,7 @@
 """The ``tinygpt`` command, run as a real process."""
 
 import http.server
+import json
 import os
 import subprocess
 import sys
@@ -8,7 +9,9 @@ import threading
 
 import pytest
 
+from tinygpt.bench import CELL_FIELDS
 from tinygpt.gutenberg import HOLMES_BOOKS, strip_gutenberg
+from tinygpt.presets import model_config
 
 
 def tinygpt(*args, env=None, check=True, timeout=300):
@@ -41,6 +44,9 @@ def test_info_lists_presets_and_devices():
     (["train", "--out", "x", "--corpus", "missing.txt"], "tinygpt train: error: corpus file not found: missing.txt"),
     (["train", "--out", "x", "--device", "gpu"], "tinygpt train: error: unknown device 'gpu'"),
     (["tokenizer", "train", "--corpus", "missing.txt", "--vocab-size", "300", "--out", "t.json"], "corpus file not found"),
+    (["bench", "--batch-sizes", "8,0"], "argument --batch-sizes: must be comma-separated positive integers, got '8,0'"),
+    (["bench", "--precisions", "fp8"], "argument --precisions: precisions are auto, fp32, bf16, fp16; got 'fp8'"),
+    (["bench", "--device", "tpu"], "tinygpt bench: error: unknown device 'tpu'"),
 ])
 def test_bad_arguments_get_one_line_errors(tmp_path, args, message):
     proc = subprocess.run([sys.executable, "-m", "tinygpt", *args], capture_output=True, text=True, cwd=tmp_path)
@@ -121,3 +127,18 @@ def test_data_holmes_offline_says_how_to_supply_a_corpus(tmp_path):
     assert "could not download 'A Study in Scarlet'" in proc.stderr and "--corpus" in proc.stderr
     assert "TINYGPT_HOLMES_PATH" in proc.stderr
     assert not (tmp_path / "h.txt").exists()
+
+
+def test_bench_prints_a_table_and_json_cells():
+    args = ["bench", "--preset", "tiny", "--device", "cpu", "--batch-sizes", "2,4", "--precisions", "fp32",
+            "--threads", "1", "--steps", "1", "--warmup", "0"]
+    table = tinygpt(*args).stdout.splitlines()
+    assert table[0].split() == ["precision", "batch", "threads", "tokens/s", "ms/step", "peak", "MiB"]
+    assert [row.split()[:3] for row in table[1:]] == [["fp32", "2", "1"], ["fp32", "4", "1"]]
+    cells = json.loads(tinygpt(*args, "--json").stdout)
+    assert [list(c) for c in cells] == [CELL_FIELDS] * 2
+    assert [(c["precision"], c["batch_size"], c["threads"], c["oom"]) for c in cells] == [
+        ("fp32", 2, 1, False), ("fp32", 4, 1, False)]
+    for c in cells:
+        assert c["tokens_per_sec"] > 0 and c["peak_mem_mib"] > 0
+        assert abs(c["tokens_per_sec"] * c["ms_per_step"] / 1000 - c["batch_size"] * model_config("tiny").context) < 1

@@ -210,3 +210,38 @@ def test_ten_thousand_steps_render_downsampled_with_the_overfitting_banner(site,
         return performance.now() - t; }""")
     assert ms < 2000
     shot(page, "run-10k-overfitting")
+
+
+def test_benchmark_from_the_page_fills_table_and_charts_live(site, page):
+    page.goto(f"{site.url}/benchmarks")
+    page.fill("input[name=batch_sizes]", "2, nope")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#error-batch_sizes")
+    assert "valid list" in page.inner_text("#error-batch_sizes") or "valid" in page.inner_text("#error-batch_sizes")
+    page.select_option("select[name=preset]", "tiny")
+    page.select_option("select[name=device]", "cpu")
+    page.fill("input[name=batch_sizes]", "2, 4")
+    page.fill("input[name=precisions]", "fp32")
+    page.fill("input[name=threads]", "1, 2")
+    page.fill("input[name=steps]", "1")
+    page.fill("input[name=warmup]", "0")
+    page.click("button[type=submit]")
+    page.wait_for_url("**/benchmarks/*")
+    page.wait_for_function("document.getElementById('run-status').textContent === 'succeeded'", timeout=120_000)
+    page.wait_for_function("document.querySelectorAll('#cells-table tbody tr').length === 4", timeout=10_000)
+    rows = [r.split("\t") for r in page.inner_text("#cells-table tbody").splitlines()]
+    assert [r[:3] for r in rows] == [["fp32", "2", "1"], ["fp32", "4", "1"], ["fp32", "2", "2"], ["fp32", "4", "2"]]
+    assert page.inner_text("#progress-text") == "4 / 4 cells"
+    assert page.is_visible("#batch-chart .u-over") and page.is_visible("#threads-chart .u-over")
+    legend = page.inner_text("#threads-chart")
+    assert "fp32 batch 2" in legend and "fp32 batch 4" in legend
+    shot(page, "benchmark")
+    # the list shows it, and the new-run form now estimates the training time from it
+    page.goto(f"{site.url}/benchmarks")
+    assert "4 / 4" in page.inner_text("#benchmarks-table")
+    page.goto(f"{site.url}/new")
+    page.select_option("select[name=preset]", "tiny")
+    page.select_option("select[name=device]", "cpu")
+    page.fill("input[name=batch_size]", "4")
+    estimate = page.inner_text("#estimate")
+    assert "of training on cpu (benchmark #" in estimate and "at batch 4, fp32" in estimate

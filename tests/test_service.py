@@ -274,6 +274,61 @@ def test_presets_devices_health(shared):
         assert c.get("/openapi.json").status_code == 200
 
 
+# -- benchmark runs --------------------------------------------------------------------------
+def test_benchmark_run_end_to_end(shared):
+    home, app = shared
+    with app.client() as c:
+        response = c.post("/api/benchmarks", json={"preset": "tiny", "device": "cpu", "batch_sizes": [2, 4],
+                                                   "precisions": ["fp32"], "threads": [1, 2], "steps": 1, "warmup": 0})
+        assert response.status_code == 201, response.text
+        created = response.json()
+        run_id = created["run"]["id"]
+        assert created["run"]["kind"] == "benchmark" and created["run"]["status"] == "queued" and created["cells"] == []
+        events = read_events(f"{app.url}/api/runs/{run_id}/events")
+        logs = [e["data"]["message"] for e in events if e["event"] == "log"]
+        assert logs[0].startswith("benchmark of 4 cells on cpu")
+        assert [m.split(":")[0] for m in logs[1:]] == ["fp32, batch 2, 1 threads", "fp32, batch 4, 1 threads",
+                                                       "fp32, batch 2, 2 threads", "fp32, batch 4, 2 threads"]
+        bench = c.get(f"/api/benchmarks/{run_id}").json()
+        assert bench["run"]["status"] == "succeeded" and bench["run"]["steps"] == 4 and bench["run"]["last_step"] == 4
+        assert [(x["batch_size"], x["threads"]) for x in bench["cells"]] == [(2, 1), (4, 1), (2, 2), (4, 2)]
+        assert all(x["tokens_per_sec"] > 0 and not x["oom"] and x["peak_mem_mib"] > 0 for x in bench["cells"])
+        assert run_id in [b["run"]["id"] for b in c.get("/api/benchmarks").json()]
+        estimates = [e for e in c.get("/api/benchmarks/estimates").json() if e["run_id"] == run_id]
+        assert sorted(e["batch_size"] for e in estimates) == [2, 4]
+        fastest = max(x["tokens_per_sec"] for x in bench["cells"] if x["batch_size"] == 2)
+        assert next(e for e in estimates if e["batch_size"] == 2)["tokens_per_sec"] == fastest
+
+
+@pytest.mark.parametrize("body, field, message", [
+    ({"batch_sizes": [0]}, "batch_sizes", "each batch size must be in [1, 4096]"),
+    ({"batch_sizes": []}, "batch_sizes", "at least 1 item"),
+    ({"precisions": ["fp8"]}, "precisions", "unknown precision 'fp8'"),
+    ({"threads": [0]}, "threads", "each thread count must be in [1, 1024]"),
+    ({"preset": "huge"}, "preset", "unknown preset 'huge'"),
+    ({"device": "gpu"}, "device", "unknown device 'gpu'"),
+    ({"device": "cuda:3"}, "device", "cuda:3"),
+    ({"steps": 1000}, "steps", "less than or equal to 100"),
+])
+def test_bad_benchmark_bodies_get_422_naming_the_field(shared, body, field, message):
+    home, app = shared
+    with app.client() as c:
+        before = len(c.get("/api/benchmarks").json())
+        response = c.post("/api/benchmarks", json={"preset": "tiny", **body})
+        assert response.status_code == 422, response.text
+        assert any(field in d["loc"] for d in response.json()["detail"]), response.text
+        assert message in response.text
+        assert len(c.get("/api/benchmarks").json()) == before
+
+
+def test_a_training_run_is_not_a_benchmark(shared):
+    home, app = shared
+    with app.client() as c:
+        run = create(c, steps=5)
+        response = c.get(f"/api/benchmarks/{run['id']}")
+        assert response.status_code == 404 and response.json()["detail"] == f"benchmark {run['id']} does not exist"
+
+
 # -- faults: the worker killed, stopped; two workers -------------------------------------------
 def test_worker_sigkill_mid_run_then_restart_resumes(tmp_path, slice_path, warm_cache):
     home = make_home(tmp_path, slice_path, warm_cache)

@@ -6,6 +6,7 @@
     tinygpt sample runs/tiny/best.pt --prompt Holmes --max-tokens 100
     tinygpt neighbors runs/tiny/best.pt " Holmes"
     tinygpt data holmes --out holmes.txt
+    tinygpt bench --preset holmes --device cpu --batch-sizes 8,16,32 --threads 1,2
 
 Errors in what the user typed or pointed at end in one line on stderr and exit code 2.
 """
@@ -82,6 +83,24 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"must be comma-separated positive integers, got {text!r}")
+    return values
+
+
+def precision_list(text: str) -> list[str]:
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in values if v not in ("auto", "fp32", "bf16", "fp16")]
+    if not values or bad:
+        raise argparse.ArgumentTypeError(f"precisions are auto, fp32, bf16, fp16; got {text!r}")
+    return values
+
+
 @dataclass(frozen=True)
 class ExtraCommand:
     """A subcommand added by a program built on the library (the dashboard adds serve, app, worker)."""
@@ -148,6 +167,18 @@ def build_parser(extra: Sequence[ExtraCommand] = ()) -> argparse.ArgumentParser:
     p.add_argument("checkpoint", type=Path)
     p.add_argument("word", help='a single token, e.g. " Holmes" (with its leading space)')
     p.add_argument("-k", type=positive_int, default=10)
+
+    p = sub.add_parser("bench", help="training-step speed over batch sizes x precisions (x CPU threads)")
+    p.add_argument("--preset", choices=list(PRESETS), default="holmes")
+    p.add_argument("--arch", choices=list(ARCHS))
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N, mps or xla")
+    p.add_argument("--batch-sizes", type=int_list, default=[8, 16, 32], help="comma-separated (default: 8,16,32)")
+    p.add_argument("--precisions", type=precision_list, help="comma-separated, e.g. fp32,bf16,auto (default: "
+                   "what the device supports)")
+    p.add_argument("--threads", type=int_list, help="CPU thread counts to sweep, e.g. 1,2 (default: PyTorch's)")
+    p.add_argument("--steps", type=positive_int, default=5, help="timed steps per cell")
+    p.add_argument("--warmup", type=non_negative_int, default=2, help="untimed steps per cell")
+    p.add_argument("--json", action="store_true", help="print a JSON list of cells instead of a table")
 
     p = sub.add_parser("data", help="download corpora")
     dsub = p.add_subparsers(dest="dataset", required=True, metavar="DATASET")
@@ -241,6 +272,26 @@ def cmd_neighbors(args: argparse.Namespace, paths: Paths) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace, paths: Paths) -> int:
+    import json
+
+    from .bench import CELL_FIELDS, SweepConfig, format_table, sweep
+    from .progress import SweepProgress
+
+    config = SweepConfig(preset=args.preset, arch=args.arch, device=args.device, batch_sizes=args.batch_sizes,
+                         precisions=args.precisions, threads=args.threads, steps=args.steps, warmup=args.warmup)
+    progress = SweepProgress(enabled=not args.json)
+    try:
+        cells = sweep(config, on_cell=progress)
+    finally:
+        progress.close()
+    if args.json:
+        print(json.dumps([{k: c.to_dict()[k] for k in CELL_FIELDS} for c in cells], indent=2))
+    else:
+        print(format_table(cells))
+    return 0
+
+
 def cmd_data(args: argparse.Namespace, paths: Paths) -> int:
     from .gutenberg import download_holmes
 
@@ -256,6 +307,7 @@ COMMANDS = {
     "sample": cmd_sample,
     "neighbors": cmd_neighbors,
     "data": cmd_data,
+    "bench": cmd_bench,
 }
 
 

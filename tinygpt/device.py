@@ -21,6 +21,7 @@ import resource
 import sys
 import time
 from functools import cache
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -175,11 +176,16 @@ def cpu_flags() -> set[str]:
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("flags"):
+                if line.startswith(("flags", "Features")):  # x86, ARM
                     return set(line.split(":", 1)[1].split())
     except OSError:
         pass
     return set()
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bf16 in hardware (AVX512-BF16, AMX, or ARM's bf16 extension)."""
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
 @cache
@@ -237,9 +243,23 @@ def xla_step(device: torch.device) -> None:
         xm.mark_step()
 
 
+def empty_cache(device: torch.device) -> None:
+    """Hand cached GPU memory back (between benchmark cells, after an out-of-memory error)."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    elif device.type == "mps":
+        torch.mps.empty_cache()
+
+
 def reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak: CUDA's counter, or on Linux the process's peak resident set (VmHWM)."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    elif device.type == "cpu" and sys.platform.startswith("linux"):
+        try:
+            Path("/proc/self/clear_refs").write_text("5")  # 5: reset the peak RSS to the current RSS
+        except OSError as exc:  # some sandboxes forbid it: the peak then spans the whole process
+            log.debug("cannot reset the peak RSS: %s", exc)
 
 
 def peak_memory_mib(device: torch.device) -> float:
@@ -248,5 +268,9 @@ def peak_memory_mib(device: torch.device) -> float:
         return torch.cuda.max_memory_allocated(device) / 2**20
     if device.type == "mps":
         return torch.mps.driver_allocated_memory() / 2**20
+    if sys.platform.startswith("linux"):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / 2**20 if sys.platform == "darwin" else rss / 1024  # bytes on macOS, KiB on Linux

@@ -42,3 +42,25 @@ class ProgressCallbacks(Callbacks):
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+class SweepProgress:
+    """``on_cell`` for :func:`tinygpt.bench.sweep`: a bar over the cells, with the last result."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.bar: tqdm | None = None
+
+    def __call__(self, index: int, total: int, cell: object) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            self.bar = tqdm(total=total, unit="cell", desc="bench", dynamic_ncols=True)
+        self.bar.update(1)
+        tps = getattr(cell, "tokens_per_sec", None)
+        self.bar.set_postfix(last=f"{getattr(cell, 'precision', '')} b{getattr(cell, 'batch_size', '')}: "
+                             + ("OOM" if tps is None else f"{tps:,.0f} tok/s"))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -29,7 +29,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -194,6 +194,42 @@ def lr_at(step: int, config: TrainConfig) -> float:
     progress = min(1.0, (step - warmup) / span)
     floor = config.lr * config.min_lr_ratio
     return floor + 0.5 * (config.lr - floor) * (1 + math.cos(math.pi * progress))
+
+
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    *,
+    device: torch.device,
+    precision: str,
+    grad_accum: int = 1,
+    grad_clip: float = 1.0,
+    scaler: torch.amp.GradScaler | None = None,
+) -> torch.Tensor:
+    """One optimizer update over ``grad_accum`` micro-batches (x, y); returns the mean loss, detached.
+
+    The training loop and the hardware benchmark both run this, so a benchmark measures the
+    step that training runs.
+    """
+    total = torch.zeros((), device=device)
+    for x, y in batches:
+        with dev.autocast(device, precision):
+            _, loss = model(x, y)
+        loss = loss / grad_accum
+        (scaler.scale(loss) if scaler else loss).backward()
+        total += loss.detach().float()
+    if scaler:
+        scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    if scaler:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    dev.xla_step(device)
+    return total
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
@@ -460,28 +496,14 @@ class Trainer:
     def _train_step(self, step: int) -> torch.Tensor:
         """One optimizer update (over ``grad_accum`` micro-batches); returns the mean loss, detached."""
         cfg = self.config
-        lr = lr_at(step, cfg)
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        total = torch.zeros((), device=self.device)
-        for _ in range(cfg.grad_accum):
-            x, y = get_batch(self.splits.train, cfg.batch_size, self.model_config.context, self.batch_gen, self.device)
-            with dev.autocast(self.device, self.precision):
-                _, loss = self.forward_model(x, y)
-            loss = loss / cfg.grad_accum
-            (self.scaler.scale(loss) if self.scaler else loss).backward()
-            total += loss.detach().float()
-        if self.scaler:
-            self.scaler.unscale_(self.optimizer)
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-        if self.scaler:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        dev.xla_step(self.device)
-        return total
+            group["lr"] = lr_at(step, cfg)
+        batches = (
+            get_batch(self.splits.train, cfg.batch_size, self.model_config.context, self.batch_gen, self.device)
+            for _ in range(cfg.grad_accum)
+        )
+        return train_step(self.forward_model, self.optimizer, batches, device=self.device, precision=self.precision,
+                          grad_accum=cfg.grad_accum, grad_clip=cfg.grad_clip, scaler=self.scaler)
 
     def _log(self, train_loss: float, val_loss: float | None, tokens_per_sec: float) -> StepMetrics:
         m = StepMetrics(

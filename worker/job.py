@@ -1,8 +1,8 @@
 """One job, in its own process: ``python -m worker.job RUN_ID ATTEMPT``.
 
-Runs the ``tinygpt`` training loop for a claimed run and writes what happens to the
-database as it happens (metrics, samples, checkpoints, status), through the library's
-callbacks. A watcher thread writes the heartbeat, notices a cancel request (and
+Runs the ``tinygpt`` training loop for a claimed run (or, for a benchmark run, the
+``tinygpt.bench`` sweep) and writes what happens to the database as it happens (metrics,
+samples, checkpoints, benchmark cells, status), through the library's callbacks. A watcher thread writes the heartbeat, notices a cancel request (and
 interrupts the step at once) and exits if the worker that started it is gone.
 
 SIGTERM (sent by a worker that is shutting down) stops the job after the current
@@ -25,11 +25,14 @@ from sqlalchemy import delete
 from sqlmodel import col
 
 from app.db import init_db, session_scope
-from app.models import EventType, Metric, Run, RunStatus, Sample, utcnow
+from app.models import EventType, Metric, Run, RunKind, RunStatus, Sample, utcnow
+from app.services import benchmarks as bench_svc
 from app.services.datasets import HOLMES, dataset_path, ensure_builtin, record_tokenizer
 from app.services.events import record_event
 from app.services.runs import set_status
 from app.settings import Settings, get_settings
+from tinygpt.bench import Cell, SweepConfig, plan, sweep
+from tinygpt.device import describe_device, resolve_device
 from tinygpt.gutenberg import download_holmes
 from tinygpt.train import Callbacks, StepMetrics, TrainConfig, Trainer
 from tinygpt.train import Sample as TrainSample
@@ -161,6 +164,44 @@ def finish(run_id: int, status: RunStatus, error: str | None = None) -> None:
         set_status(s, run, status, **fields)
 
 
+def run_training(run: Run, settings: Settings, callbacks: JobCallbacks) -> bool:
+    """Train (or resume) the run; True when it stopped early (preempted)."""
+    corpus = corpus_for(run, settings)
+    config = train_config(run, corpus, run.device or "auto", None)
+    trainer = Trainer(config, run.out_dir, callbacks=callbacks, cache_dir=settings.cache_dir,
+                      resume=bool(run.config.get("resume", True)))
+    with session_scope(settings) as s:
+        if run.config["dataset"] == HOLMES:
+            ensure_builtin(s, settings=settings)
+        record_tokenizer(s, name=run.config["dataset"], vocab_size=trainer.tokenizer.vocab_size,
+                         fingerprint=trainer.tokenizer.fingerprint())
+    return trainer.run().stopped
+
+
+def run_benchmark(run: Run, settings: Settings, callbacks: JobCallbacks) -> bool:
+    """Measure every cell of the sweep, storing each as it completes; True when preempted part-way."""
+    c = run.config
+    config = SweepConfig(preset=c["preset"], arch=c.get("arch"), device=run.device or "auto",
+                         batch_sizes=c["batch_sizes"], precisions=c.get("precisions"), threads=c.get("threads"),
+                         steps=c["steps"], warmup=c["warmup"]).validate()
+    device = resolve_device(config.device)
+    total = len(plan(config, device))
+    with session_scope(settings) as s:
+        bench_svc.start_sweep(s, run_id=run.id, cells=total)
+        record_event(s, run_id=run.id, type=EventType.log,
+                     data={"message": f"benchmark of {total} cells on {device} ({describe_device(device).get('name')})"})
+        r = s.get(Run, run.id)
+        r.device_info = describe_device(device)
+        s.add(r)
+
+    def store(index: int, _total: int, cell: Cell) -> None:
+        with session_scope(settings) as s:
+            bench_svc.record_cell(s, run_id=run.id, index=index, cell=cell)
+
+    cells = sweep(config, on_cell=store, should_stop=callbacks.should_stop)
+    return len(cells) < total
+
+
 def main(argv: list[str]) -> int:
     run_id, attempt = int(argv[0]), int(argv[1])
     parent = os.getppid()
@@ -178,18 +219,10 @@ def main(argv: list[str]) -> int:
     watcher = threading.Thread(target=watch, args=(run_id, attempt, settings, parent, cancelled, done), daemon=True)
     try:  # the watcher may interrupt at once (a cancel that came early): start it inside the try
         watcher.start()
-        corpus = corpus_for(run, settings)
-        config = train_config(run, corpus, run.device or "auto", None)
-        trainer = Trainer(config, run.out_dir, callbacks=callbacks, cache_dir=settings.cache_dir,
-                          resume=bool(run.config.get("resume", True)))
-        with session_scope(settings) as s:
-            if run.config["dataset"] == HOLMES:
-                ensure_builtin(s, settings=settings)
-            record_tokenizer(s, name=run.config["dataset"], vocab_size=trainer.tokenizer.vocab_size,
-                             fingerprint=trainer.tokenizer.fingerprint())
-        result = trainer.run()
+        stopped = run_benchmark(run, settings, callbacks) if run.kind == RunKind.benchmark else \
+            run_training(run, settings, callbacks)
         done.set()
-        if result.stopped and callbacks.preempted.is_set():
+        if stopped and callbacks.preempted.is_set():
             finish(run_id, RunStatus.queued)
         else:
             finish(run_id, RunStatus.succeeded)

@@ -45,7 +45,7 @@ window.TG = (() => {
     const config = {
       width, height,
       scales: { x: { time: false }, y: { distr: opts && opts.log ? 3 : 1 }, ...(opts && opts.scales) },
-      axes: [{ ...axis, label: opts && opts.xLabel }, { ...axis, label: opts && opts.yLabel }, ...((opts && opts.extraAxes) || []).map((a) => ({ ...axis, ...a }))],
+      axes: [{ ...axis, label: opts && opts.xLabel, ...(opts && opts.xSplits ? { splits: opts.xSplits } : {}) }, { ...axis, label: opts && opts.yLabel }, ...((opts && opts.extraAxes) || []).map((a) => ({ ...axis, ...a }))],
       series: [{ label: (opts && opts.xLabel) || "x" }, ...series],
       cursor: { drag: { x: true, y: false } },
     };

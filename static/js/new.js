@@ -1,9 +1,24 @@
-// New-run form: presets fill the fields; an estimate of tokens and passes over the data.
+// New-run form: presets fill the fields; an estimate of tokens, passes over the data and,
+// from this machine's benchmark results, the training time.
 "use strict";
 function setupNewRunForm() {
   const presets = TG.readJSON("presets-data");
   const datasets = TG.readJSON("datasets-data");
+  const speeds = TG.readJSON("speed-data");
   const byName = Object.fromEntries(presets.map((p) => [p.name, p]));
+
+  // Measured tokens/s for this preset, device and precision at the nearest benchmarked batch size.
+  function measuredSpeed(preset, device, precision, batch) {
+    const devices = device === "auto" ? null : [device, device === "cuda" ? "cuda:0" : device];
+    const rows = speeds.filter((s) => s.preset === preset && (!devices || devices.includes(s.device)) &&
+      (precision === "auto" || s.precision === precision));
+    if (!rows.length) return null;
+    return rows.reduce((best, s) => {
+      const d = Math.abs(Math.log(s.batch_size / batch)), bd = Math.abs(Math.log(best.batch_size / batch));
+      return d < bd || (d === bd && s.tokens_per_sec > best.tokens_per_sec) ? s : best;
+    });
+  }
+  const duration = (sec) => sec < 90 ? `${Math.round(sec)} s` : sec < 5400 ? `${Math.round(sec / 60)} min` : `${(sec / 3600).toFixed(1)} h`;
   const $ = (sel) => document.querySelector(sel);
   const field = (name) => document.querySelector(`#new-form [name="${name}"]`);
 
@@ -21,6 +36,14 @@ function setupNewRunForm() {
     if (ds && ds.bytes) {
       const trainTokens = (ds.bytes / 3.63) * 0.9; // ~3.6 bytes/token for English BPE at 4,096 ids; 90% train split
       text += `, about ${(tokens / trainTokens).toFixed(2)} passes over ${ds.name}`;
+    }
+    const speed = measuredSpeed(preset.name, field("device").value, field("precision").value, batch);
+    if (speed) {
+      text += `; about ${duration(tokens / speed.tokens_per_sec)} of training on ${speed.device} ` +
+        `(benchmark #${speed.run_id}: ${Math.round(speed.tokens_per_sec).toLocaleString()} tokens/s at batch ` +
+        `${speed.batch_size}, ${speed.precision}; evaluations add to it)`;
+    } else {
+      text += "; run a benchmark of this preset for a time estimate";
     }
     $("#estimate").textContent = text + ".";
   }

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The GPU check: on a machine with an NVIDIA GPU, run the GPU-marked tests (device resolution,
+# bf16/fp16 training, memory figures, CPU/GPU curves within 0.02, cached sampling, OOM in a sweep)
+# and the holmes benchmark sweep; print what BENCHMARKS.md records. Finishes in under 8 minutes.
+#
+#   scripts/gpu_check.sh [OUT_DIR]      (OUT_DIR default: gpu-check/; logs and JSON land there)
+#
+# Needs: python3 (3.11+) and internet access to PyPI, or a virtual environment in .venv-gpu with
+# the CUDA build of torch and the project installed (`pip install -e .[test]`). The corpus is
+# read from TINYGPT_HOLMES_PATH or ../shared/data/holmes.txt; without it a 200 KB stand-in is
+# written (the tests only need text).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-gpu-check}"
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+
+if [ ! -x .venv-gpu/bin/python ]; then
+  python3 -m venv .venv-gpu
+  .venv-gpu/bin/pip install -q torch   # the default Linux wheel is the CUDA build
+  .venv-gpu/bin/pip install -q -e ".[test]"
+fi
+py=.venv-gpu/bin/python
+
+if [ -z "${TINYGPT_HOLMES_PATH:-}" ]; then
+  if [ -f ../shared/data/holmes.txt ]; then
+    export TINYGPT_HOLMES_PATH="$(cd ../shared/data && pwd)/holmes.txt"
+  else
+    export TINYGPT_HOLMES_PATH="$PWD/$out/standin.txt"
+    "$py" - "$TINYGPT_HOLMES_PATH" <<'PY'
+import random, sys
+random.seed(0)
+words = "the of and to a in that it was he his I you with for had is as at on my not be but she her".split()
+text = "\n".join(" ".join(random.choice(words) for _ in range(14)) + "." for _ in range(15_000))
+open(sys.argv[1], "w").write(text)
+PY
+  fi
+fi
+
+"$py" - <<'PY' | tee "$out/gpu.txt"
+import torch
+print("torch", torch.__version__, "CUDA", torch.version.cuda)
+for i in range(torch.cuda.device_count()):
+    p = torch.cuda.get_device_properties(i)
+    print(f"cuda:{i}", p.name, f"{p.total_memory / 2**30:.1f} GiB", "bf16" if torch.cuda.is_bf16_supported() else "")
+PY
+
+echo "== GPU tests"
+timeout 300 "$py" -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$out/tests.txt"
+
+echo "== holmes sweep: batch 8..256 x fp32/bf16/fp16"
+timeout 180 "$py" -m tinygpt bench --preset holmes --device cuda --batch-sizes 8,32,64,128,256 --steps 10 \
+  --warmup 3 --json | tee "$out/sweep.json"
+"$py" - "$out/sweep.json" <<'PY'
+import json, sys
+from tinygpt.bench import Cell, format_table
+print(format_table([Cell(**c) for c in json.load(open(sys.argv[1]))]))
+PY
