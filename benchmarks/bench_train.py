@@ -23,9 +23,9 @@ from .common import machine, median
 from .plain_loop import make_plain_step
 
 
-def project_step(precision: str, tokens: torch.Tensor, preset: str, batch: int, out_dir: str):
+def project_step(precision: str, tokens: torch.Tensor, preset: str, batch: int, out_dir: str, compile: bool = False):
     cfg = TrainConfig(preset=preset, device="cpu", precision=precision, batch_size=batch, steps=10_000,
-                      sample_tokens=0)
+                      sample_tokens=0, compile=compile)
     trainer = Trainer(cfg, out_dir, tokens=tokens, tokenizer=Tokenizer([]))
     counter = iter(range(10**9))
 
@@ -45,10 +45,15 @@ def run(preset: str = "holmes", batch: int = 32, rounds: int = 3, steps: int = 3
             "plain_fp32": make_plain_step(tokens, batch, cfg.context) if preset == "holmes" else None,
             "project_fp32": project_step("fp32", tokens, preset, batch, f"{tmp}/fp32")[0],
             f"project_auto({auto_precision})": auto_step,
+            "project_fp32_compiled": project_step("fp32", tokens, preset, batch, f"{tmp}/compiled", compile=True)[0],
         }
         variants = {k: v for k, v in variants.items() if v is not None}
-        for fn in variants.values():
-            for _ in range(warmup):
+        first_step_s = {}
+        for name, fn in variants.items():
+            t0 = time.perf_counter()
+            fn()
+            first_step_s[name] = time.perf_counter() - t0  # torch.compile's compilation lands here
+            for _ in range(warmup - 1):
                 fn()
         rates: dict[str, list[float]] = {k: [] for k in variants}
         for _ in range(rounds):
@@ -65,7 +70,45 @@ def run(preset: str = "holmes", batch: int = 32, rounds: int = 3, steps: int = 3
         "tokens_per_sec": result,
         "ratio_vs_plain": {name: v / base for name, v in result.items()},
         "auto_precision": auto_precision,
+        "first_step_s": first_step_s,
+        "compile_break_even_steps": break_even(first_step_s["project_fp32_compiled"], tokens_per_step,
+                                               result["project_fp32"], result["project_fp32_compiled"]),
+        "profile": profile_step(preset, batch),
     }
+
+
+def break_even(compile_s: float, tokens_per_step: int, eager_tps: float, compiled_tps: float) -> float:
+    """Steps after which the time saved per step has paid for the compilation (inf if none is saved)."""
+    saved = tokens_per_step / eager_tps - tokens_per_step / compiled_tps
+    return compile_s / saved if saved > 0 else float("inf")
+
+
+CATEGORIES = {  # profiler op name -> where the time goes
+    "matrix products": ("aten::mm", "aten::addmm", "aten::bmm"),
+    "dropout masks (random numbers)": ("aten::bernoulli_",),
+    "cross-entropy over the logits": ("aten::_log_softmax", "aten::_log_softmax_backward_data", "aten::nll_loss"),
+    "attention softmax and masking": ("aten::_softmax", "aten::_softmax_backward_data", "aten::where",
+                                      "aten::isneginf", "aten::all", "aten::_safe_softmax"),
+    "GELU": ("aten::gelu", "aten::gelu_backward"),
+}
+
+
+def profile_step(preset: str, batch: int) -> dict:
+    """Share of one fp32 training step's CPU time per kind of work (torch.profiler, self time)."""
+    from torch.profiler import profile
+
+    cfg = model_config(preset)
+    tokens = torch.randint(cfg.vocab_size, (200_000,), generator=torch.Generator().manual_seed(0))
+    with tempfile.TemporaryDirectory() as tmp:
+        step, _ = project_step("fp32", tokens, preset, batch, tmp)
+        step()
+        with profile() as prof:
+            step()
+    times = {e.key: e.self_cpu_time_total for e in prof.key_averages()}
+    total = sum(times.values())
+    shares = {name: sum(times.get(op, 0) for op in ops) / total for name, ops in CATEGORIES.items()}
+    shares["everything else"] = 1 - sum(shares.values())
+    return shares
 
 
 def main() -> None:

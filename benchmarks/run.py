@@ -70,9 +70,18 @@ def render(results: dict, machine_line: str) -> str:
         lines += [
             "",
             f"Precision `auto` resolved to **{tr['auto_precision']}** on this CPU (bf16 autocast is chosen only"
-            " when a timed probe finds bf16 matrix products faster than fp32).",
+            " when the CPU has bf16 units and a timed probe finds bf16 matrix products faster than fp32).",
+            f"`torch.compile` (the run option `compile`) spent {tr['first_step_s']['project_fp32_compiled']:.0f} s"
+            f" compiling on its first step, so it pays off after about {tr['compile_break_even_steps']:.0f} steps"
+            " (a run's option, off by default; the figures above exclude that first step).",
             "",
+            "Where an fp32 step's CPU time goes (torch.profiler, self time of one step):",
+            "",
+            "| work | share |",
+            "|---|---|",
         ]
+        lines += [f"| {name} | {share:.0%} |" for name, share in tr["profile"].items()]
+        lines.append("")
     if sm := results.get("sample"):
         lines += [
             f"## Sampling ({sm['preset']} preset, {sm['new_tokens']} new tokens, CPU, fp32)",
@@ -151,8 +160,9 @@ def render(results: dict, machine_line: str) -> str:
         "  trainers over the first 500; a one-off full run on 2026-11-30 took 1,224.9 s (simple) vs 3.7 s",
         "  (incremental), with the same 3,840 merges (`python -m benchmarks.bench_tokenizer --simple-merges 0`).",
         "- This CPU has AVX2 but no AVX512-BF16/AMX: bf16 matrix products are emulated and slower than fp32,",
-        "  so precision `auto` is fp32 here and the project's step matches the plain loop (the faster step is",
-        "  the benchmark issue's work).",
+        "  so precision `auto` is fp32 here. In fp32 the matrix products alone take about 60% of a step (the",
+        "  profile above), so no change outside them can make the step 2x the plain loop on this CPU: that needs",
+        "  bf16 hardware (a CPU with AVX512-BF16 or AMX, where `auto` picks bf16 autocast) or a GPU.",
         "- One-token decoding is bound by reading the weights (23 MB per token for holmes in fp32); the cache",
         "  path multiplies by cached transposed weights, about twice as fast as `F.linear` for one row here.",
         "- This machine is shared with other tenants: whole-run speeds move by up to ~7% from minute to minute.",

