@@ -13,7 +13,7 @@ ifneq ($(wildcard $(HOLMES_SHARED)),)
 export TINYGPT_HOLMES_PATH ?= $(HOLMES_SHARED)
 endif
 
-.PHONY: install run test test-slow test-all lint bench clean chromium
+.PHONY: install run test test-slow test-scale test-all lint bench clean chromium postgresql
 
 install: $(VENV)/.installed
 
@@ -34,14 +34,21 @@ lint: install
 chromium:
 	scripts/install-chromium.sh
 
+postgresql:
+	scripts/install-postgresql.sh
+
 # The default suite (under 15 minutes on 2 cores): everything but the tests marked slow or gpu.
-test: lint chromium
+test: lint chromium postgresql
 	$(PY) -m pytest -q
 
-test-slow: install
+test-slow: install postgresql
 	$(PY) -m pytest -q -m slow
 
-test-all: install chromium
+# Scale-out: 4 workers against 50 queued runs on PostgreSQL (about 6 minutes); CI runs it after `make test`.
+test-scale: install postgresql
+	$(PY) -m pytest -q -m scale
+
+test-all: install chromium postgresql
 	$(PY) -m pytest -q -m "not gpu"
 
 # Benchmarks: measured side by side in one run; rewrites BENCHMARKS.md.

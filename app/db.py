@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import fcntl
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
-from sqlalchemy import event
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, SQLModel, create_engine
+from sqlmodel import Session, create_engine
 
 from .settings import Settings, get_settings
 
@@ -39,12 +43,50 @@ def get_engine(settings: Settings | None = None) -> Engine:
     return engine_for((settings or get_settings()).db_url)
 
 
-def init_db(settings: Settings | None = None) -> Engine:
-    from . import models  # noqa: F401  (registers the tables)
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+FIRST_REVISION = "0001"  # the schema that create_all() made before migrations existed
+PG_MIGRATION_LOCK = 727_001  # pg_advisory_lock key: one process migrates at a time
 
+
+def init_db(settings: Settings | None = None) -> Engine:
+    """Bring the schema up to date (Alembic, ``upgrade head``) for SQLite and PostgreSQL alike.
+
+    Called at start-up by the app and the worker, which may start together: migrations run
+    under a lock (a lock file beside a SQLite database, an advisory lock on PostgreSQL).
+    A database made by an earlier version without migrations is stamped with the first
+    revision, then upgraded.
+    """
     engine = get_engine(settings)
-    SQLModel.metadata.create_all(engine)
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # one line per process start is noise
+    with migration_lock(engine), engine.begin() as connection:
+        config = AlembicConfig()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        config.attributes["connection"] = connection
+        tables = set(inspect(connection).get_table_names())
+        if "runs" in tables and "alembic_version" not in tables:
+            command.stamp(config, FIRST_REVISION)
+        command.upgrade(config, "head")
     return engine
+
+
+@contextmanager
+def migration_lock(engine: Engine) -> Iterator[None]:
+    if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
+        with open(f"{engine.url.database}.migrate-lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+    elif engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": PG_MIGRATION_LOCK})
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": PG_MIGRATION_LOCK})
+    else:
+        yield
 
 
 @contextmanager

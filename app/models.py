@@ -7,8 +7,8 @@ import enum
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import field_validator
-from sqlalchemy import JSON, Column, Index, Text
+from pydantic import ValidationInfo, field_validator
+from sqlalchemy import JSON, BigInteger, Column, Index, Text
 from sqlmodel import Field, SQLModel
 
 from tinygpt.device import check_device_name
@@ -68,6 +68,8 @@ class RunConfig(SQLModel):
     threads: int | None = Field(default=None, ge=0, le=1024)
     compile: bool = False
     grad_accum: int = Field(default=1, ge=1, le=1024)
+    gpus: int = Field(default=1, ge=1, le=64, description="processes training together (DistributedDataParallel, "
+                      "launched by torchrun): one per GPU, or gloo processes on the CPU; the batch is split among them")
     grad_checkpointing: bool = False
     sample_prompt: str = Field(default="Holmes", max_length=1000)
     resume: bool = True
@@ -81,6 +83,14 @@ class RunConfig(SQLModel):
     @classmethod
     def _known_arch(cls, v: str | None) -> str | None:
         return check_arch(v)
+
+    @field_validator("gpus")
+    @classmethod
+    def _batch_splits_evenly(cls, v: int, info: ValidationInfo) -> int:
+        batch = info.data.get("batch_size")
+        if batch is not None and batch % v:
+            raise ValueError(f"batch_size {batch} must divide evenly over {v} processes")
+        return v
 
     @field_validator("precision")
     @classmethod
@@ -135,7 +145,8 @@ class RunUpdate(SQLModel):
 
 class Run(SQLModel, table=True):
     __tablename__ = "runs"
-    __table_args__ = (Index("ix_runs_status_id", "status", "id"),)
+    # AUTOINCREMENT on SQLite: the id of a deleted run is never handed out again
+    __table_args__ = (Index("ix_runs_status_id", "status", "id"), {"sqlite_autoincrement": True})
 
     id: int | None = Field(default=None, primary_key=True)
     name: str
@@ -221,7 +232,7 @@ class Metric(SQLModel, table=True):
     lr: float
     tokens_per_sec: float
     elapsed_sec: float
-    tokens_seen: int
+    tokens_seen: int = Field(sa_type=BigInteger)  # billions on a GPU run: past a 32-bit integer
     epochs: float
     peak_mem_mib: float
 
@@ -268,7 +279,8 @@ class Event(SQLModel, table=True):
     """Append-only outbox: every change anyone may watch, in order. Its id is the SSE event id."""
 
     __tablename__ = "events"
-    __table_args__ = (Index("ix_events_run_id_id", "run_id", "id"),)
+    # event ids only ever grow (Last-Event-ID relies on it), even after the newest events are deleted
+    __table_args__ = (Index("ix_events_run_id_id", "run_id", "id"), {"sqlite_autoincrement": True})
 
     id: int | None = Field(default=None, primary_key=True)
     run_id: int | None = Field(default=None)
@@ -284,8 +296,8 @@ class Dataset(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(unique=True, index=True)
     sha256: str
-    bytes: int
-    chars: int
+    bytes: int = Field(sa_type=BigInteger)
+    chars: int = Field(sa_type=BigInteger)
     path: str
     builtin: bool = False
     tokenizers: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))

@@ -28,7 +28,7 @@ router = APIRouter(include_in_schema=False)
 
 FORM_DEFAULTS: dict[str, Any] = {
     "preset": "tiny", "arch": "", "dataset": "holmes", "device": "auto", "precision": "auto", "lr": 0.001,
-    "seed": 1337, "threads": None, "grad_accum": 1, "compile": False, "grad_checkpointing": False, "resume": True,
+    "seed": 1337, "threads": None, "grad_accum": 1, "gpus": 1, "compile": False, "grad_checkpointing": False, "resume": True,
     "sample_prompt": "Holmes", "name": "", "tags": [], **PRESETS["tiny"].training,
 }
 CHECKBOXES = ("compile", "grad_checkpointing", "resume")

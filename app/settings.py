@@ -17,6 +17,9 @@ class Settings(BaseSettings):
 
     home: Path = Field(default=Path("~/.tinygpt"), description="data folder: database, runs, datasets, caches")
     database_url: str | None = Field(default=None, description="SQLAlchemy URL; default sqlite:///$TINYGPT_HOME/tinygpt.db")
+    shared_dir: Path | None = Field(default=None, description="folder for run folders and uploads that workers on "
+                                    "other machines reach (a network file system mounted at the same path on "
+                                    "each); default $TINYGPT_HOME")
     holmes_path: Path | None = Field(default=None, description="Holmes corpus file used instead of a download")
     host: str = Field(default="127.0.0.1", description="address the app binds to")
     port: int = Field(default=8000, description="port the app binds to")
@@ -39,12 +42,16 @@ class Settings(BaseSettings):
         return self.database_url or f"sqlite:///{self.home_dir / 'tinygpt.db'}"
 
     @property
+    def shared_path(self) -> Path:
+        return self.shared_dir.expanduser() if self.shared_dir else self.home_dir
+
+    @property
     def runs_dir(self) -> Path:
-        return self.home_dir / "runs"
+        return self.shared_path / "runs"
 
     @property
     def datasets_dir(self) -> Path:
-        return self.home_dir / "datasets"
+        return self.shared_path / "datasets"
 
     @property
     def cache_dir(self) -> Path:

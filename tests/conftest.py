@@ -4,6 +4,8 @@ a small tokenizer trained once per session, and a factory for tiny training conf
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -80,3 +82,28 @@ def warm_cache(slice_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     tok = load_or_train_tokenizer(text, 4096, cache)
     encode_corpus(text, tok, cache)
     return cache
+
+
+@pytest.fixture(scope="session")
+def postgres():  # noqa: ANN201
+    """A PostgreSQL server for this test session (CI installs Debian's package; elsewhere skipped if absent)."""
+    from .postgres import PostgresServer, pg_bin
+
+    if pg_bin() is None:
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL is not installed (scripts/install-postgresql.sh); CI must run these tests")
+        pytest.skip("PostgreSQL is not installed (scripts/install-postgresql.sh)")
+    # not under pytest's temporary folder: that one is private to root, and the server runs as postgres
+    root = Path(tempfile.mkdtemp(prefix="tinygpt-postgres-"))
+    server = PostgresServer(root)
+    yield server
+    server.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"], scope="module")
+def database(request: pytest.FixtureRequest) -> dict:
+    """Extra environment for a service home: the default SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return {}
+    return {"TINYGPT_DATABASE_URL": request.getfixturevalue("postgres").create_database()}

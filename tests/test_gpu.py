@@ -69,3 +69,19 @@ def test_benchmark_sweep_catches_out_of_memory_and_goes_on():
     assert [c.oom for c in cells] == [False, True, False]
     assert cells[0].tokens_per_sec > 0 and cells[0].peak_mem_mib > 0
     assert cells[2].peak_mem_mib < 4 * cells[0].peak_mem_mib  # the failed cell's memory was handed back
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_two_gpus_follow_the_one_gpu_curve(tmp_path, slice_path):
+    import subprocess
+    import sys
+
+    from tinygpt.distributed import torchrun_command
+
+    args = ["train", "--preset", "tiny", "--corpus", str(slice_path), "--device", "cuda", "--precision", "fp32",
+            "--steps", "20", "--batch-size", "16", "--eval-every", "10", "--seed", "3", "--no-progress"]
+    subprocess.run([sys.executable, "-m", "tinygpt", *args, "--out", str(tmp_path / "one")], check=True)
+    subprocess.run(torchrun_command(2, "tinygpt", *args, "--out", str(tmp_path / "two")), check=True)
+    one = [m.val_loss for m in read_metrics_csv(tmp_path / "one" / "metrics.csv") if m.val_loss]
+    two = [m.val_loss for m in read_metrics_csv(tmp_path / "two" / "metrics.csv") if m.val_loss]
+    assert len(one) == len(two) == 3 and max(abs(a - b) for a, b in zip(one, two, strict=True)) < 0.02

@@ -22,9 +22,10 @@ def make_home(tmp_path, slice_path, warm_cache, **extra_env) -> Home:
 
 
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory, slice_path, warm_cache):
-    """One app and one worker for the tests that need no faults."""
-    home = make_home(tmp_path_factory.mktemp("shared"), slice_path, warm_cache, TINYGPT_MAX_UPLOAD_MB="0.5")
+def shared(tmp_path_factory, slice_path, warm_cache, database):
+    """One app and one worker for the tests that need no faults, on SQLite and on PostgreSQL."""
+    home = make_home(tmp_path_factory.mktemp("shared"), slice_path, warm_cache, TINYGPT_MAX_UPLOAD_MB="0.5",
+                     **database)
     app = AppServer(home)
     worker = Worker(home, "shared")
     yield home, app
@@ -184,7 +185,7 @@ def test_job_killed_by_a_signal_ends_crashed_naming_it(shared):
     with app.client() as c:
         run = create(c, steps=100_000, eval_every=50)
         wait_for(lambda: c.get(f"/api/runs/{run['id']}").json()["last_step"] > 0, timeout=60, message="training")
-        with session_scope(Settings(home=home.path)) as s:
+        with session_scope(Settings(home=home.path, database_url=home.extra_env.get("TINYGPT_DATABASE_URL"))) as s:
             pid = s.get(Run, run["id"]).pid
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: run_status(c, run["id"]) == "crashed", timeout=20, message="crashed")
@@ -330,8 +331,8 @@ def test_a_training_run_is_not_a_benchmark(shared):
 
 
 # -- faults: the worker killed, stopped; two workers -------------------------------------------
-def test_worker_sigkill_mid_run_then_restart_resumes(tmp_path, slice_path, warm_cache):
-    home = make_home(tmp_path, slice_path, warm_cache)
+def test_worker_sigkill_mid_run_then_restart_resumes(tmp_path, slice_path, warm_cache, database):
+    home = make_home(tmp_path, slice_path, warm_cache, **database)
     app = AppServer(home)
     worker = Worker(home, "w1")
     try:
@@ -365,8 +366,8 @@ def test_worker_sigkill_mid_run_then_restart_resumes(tmp_path, slice_path, warm_
         app.stop()
 
 
-def test_worker_sigterm_requeues_and_next_worker_resumes(tmp_path, slice_path, warm_cache):
-    home = make_home(tmp_path, slice_path, warm_cache)
+def test_worker_sigterm_requeues_and_next_worker_resumes(tmp_path, slice_path, warm_cache, database):
+    home = make_home(tmp_path, slice_path, warm_cache, **database)
     app = AppServer(home)
     worker = Worker(home, "w1")
     try:
@@ -389,8 +390,8 @@ def test_worker_sigterm_requeues_and_next_worker_resumes(tmp_path, slice_path, w
         app.stop()
 
 
-def test_two_workers_never_take_the_same_run(tmp_path, slice_path, warm_cache):
-    home = make_home(tmp_path, slice_path, warm_cache)
+def test_two_workers_never_take_the_same_run(tmp_path, slice_path, warm_cache, database):
+    home = make_home(tmp_path, slice_path, warm_cache, **database)
     app = AppServer(home)
     workers = [Worker(home, "a"), Worker(home, "b")]
     try:
@@ -405,3 +406,117 @@ def test_two_workers_never_take_the_same_run(tmp_path, slice_path, warm_cache):
         for w in workers:
             w.stop()
         app.stop()
+
+
+@pytest.mark.slow  # about 6 minutes on 2 cores (50 job processes); CI runs it with `make test-scale`
+@pytest.mark.scale
+def test_four_workers_run_fifty_queued_runs_exactly_once(tmp_path, slice_path, warm_cache, postgres):
+    """PostgreSQL: claims lock rows and skip locked ones, so no run is taken twice or left behind."""
+    from sqlmodel import select
+
+    from app.db import session_scope
+    from app.models import Run
+    from app.settings import Settings
+
+    url = postgres.create_database()
+    home = make_home(tmp_path, slice_path, warm_cache, TINYGPT_DATABASE_URL=url)
+    app = AppServer(home)
+    workers = []
+    try:
+        with app.client() as c:
+            # one training thread each: four jobs at once on two cores must not oversubscribe them
+            runs = [create(c, steps=1, eval_every=1, threads=1) for _ in range(50)]
+            workers = [Worker(home, f"w{i}") for i in range(4)]
+            ids = {r["id"] for r in runs}
+
+            def finished() -> bool:
+                items = c.get("/api/runs", params={"limit": 500}).json()["items"]
+                return all(r["status"] in ("succeeded", "failed", "crashed") for r in items if r["id"] in ids)
+
+            wait_for(finished, timeout=600, interval=1, message="all 50 finished")
+            for run in runs:  # each run's history: claimed once ("running" once), then succeeded
+                events = read_events(f"{app.url}/api/runs/{run['id']}/events", timeout=30)
+                statuses = [e["data"]["status"] for e in events if e["event"] == "status"]
+                assert statuses == ["running", "succeeded"], (run["id"], statuses)
+        with session_scope(Settings(home=home.path, database_url=url)) as s:
+            done = s.exec(select(Run).where(Run.id.in_(ids))).all()  # type: ignore[attr-defined]
+        assert len(done) == 50 and all(r.attempt == 1 for r in done)
+        per_worker = {w: sum(1 for r in done if r.worker == w) for w in {r.worker for r in done}}
+        assert sum(per_worker.values()) == 50 and len(per_worker) >= 2, per_worker  # shared out, each run once
+    finally:
+        for w in workers:
+            w.stop()
+        app.stop()
+
+
+def test_a_two_process_run_reports_each_metric_once_and_matches_one_process(tmp_path, slice_path, warm_cache):
+    """gpus=2 on the CPU: the worker launches torchrun with two gloo ranks; rank 0 alone reports."""
+    home = make_home(tmp_path, slice_path, warm_cache)
+    app = AppServer(home)
+    worker = Worker(home, "ddp")
+    try:
+        with app.client() as c:
+            common = {"steps": 20, "eval_every": 10, "batch_size": 8, "threads": 1}
+            one = create(c, **common)
+            two = create(c, **common, gpus=2)
+            assert two["config"]["gpus"] == 2
+            for run in (one, two):
+                events = read_events(f"{app.url}/api/runs/{run['id']}/events", timeout=300)
+                assert [e["data"]["status"] for e in events if e["event"] == "status"] == ["running", "succeeded"]
+            m1 = c.get(f"/api/runs/{one['id']}/metrics").json()
+            m2 = c.get(f"/api/runs/{two['id']}/metrics").json()
+            assert [m["step"] for m in m2] == [0, 10, 20]  # once each, not once per rank
+            samples = c.get(f"/api/runs/{two['id']}/samples").json()
+            assert sorted(s["step"] for s in samples) == [0, 10, 20]
+            for a, b in zip(m1, m2, strict=True):
+                assert abs(a["val_loss"] - b["val_loss"]) < 2e-3 and a["tokens_seen"] == b["tokens_seen"]
+            assert c.get(f"/api/runs/{two['id']}").json()["has_checkpoint"]
+            bad = c.post("/api/runs", json={**TINY, "steps": 5, "batch_size": 3, "gpus": 2})
+            assert bad.status_code == 422 and "batch_size 3 must divide evenly over 2 processes" in bad.text
+    finally:
+        worker.stop()
+        app.stop()
+
+
+CLAIMER = """
+import sys
+from app.db import session_scope
+from app.models import RunStatus
+from app.settings import Settings
+from worker.queue import claim_next
+from app.services.runs import set_status
+
+settings = Settings(home=sys.argv[1], database_url=sys.argv[2])
+claimed = []
+while True:
+    with session_scope(settings) as s:
+        run = claim_next(s, worker=sys.argv[3], slot="cpu")
+        if run is None:
+            break
+        claimed.append(run.id)
+        set_status(s, run, RunStatus.succeeded)
+print(" ".join(map(str, claimed)))
+"""
+
+
+def test_claims_from_four_processes_take_each_run_exactly_once(tmp_path, postgres):
+    """The queue itself under contention: 4 processes claim 200 runs from one PostgreSQL database."""
+    import subprocess
+    import sys
+
+    from app.db import init_db, session_scope
+    from app.models import Run
+    from app.settings import Settings
+
+    url = postgres.create_database()
+    settings = Settings(home=tmp_path, database_url=url)
+    init_db(settings)
+    with session_scope(settings) as s:
+        s.add_all(Run(name=f"r{i}", config={"preset": "tiny"}, requested_device="cpu") for i in range(200))
+    procs = [subprocess.Popen([sys.executable, "-c", CLAIMER, str(tmp_path), url, f"c{i}"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(4)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, outputs
+    claimed = [int(x) for out, _ in outputs for x in out.split()]
+    assert sorted(claimed) == sorted(set(claimed)) and len(claimed) == 200
+    assert sum(1 for out, _ in outputs if out.split()) >= 2  # the work was shared

@@ -219,6 +219,8 @@ def cmd_tokenizer_train(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_train(args: argparse.Namespace, paths: Paths) -> int:
+    from . import distributed
+    from .distributed import dist_info
     from .progress import ProgressCallbacks
     from .train import TrainConfig, Trainer
 
@@ -233,15 +235,20 @@ def cmd_train(args: argparse.Namespace, paths: Paths) -> int:
     config.validate()
     if not corpus.exists() and args.corpus is None:
         raise CorpusError(f"no corpus at {corpus}; run `tinygpt data holmes` or pass --corpus PATH")
-    callbacks = ProgressCallbacks(total_steps=args.steps, bar=not args.no_progress)
-    trainer = Trainer(config, args.out, callbacks=callbacks, cache_dir=paths.cache_dir, resume=args.resume)
+    dist = dist_info()  # launched by torchrun: one rank of several (DistributedDataParallel)
+    callbacks = ProgressCallbacks(total_steps=args.steps, bar=not args.no_progress and dist.is_main)
     try:
+        trainer = Trainer(config, args.out, callbacks=callbacks, cache_dir=paths.cache_dir, resume=args.resume,
+                          dist=dist)
         result = trainer.run()
     finally:
         callbacks.close()
-    best = f"{result.best_val_loss:.4f} at step {result.best_step}" if result.best_val_loss is not None else "n/a"
-    print(f"done: {result.steps_done} steps on {result.device} ({result.precision}); best val {best}; "
-          f"files in {result.out_dir}")
+        distributed.stop()
+    if dist.is_main:
+        best = f"{result.best_val_loss:.4f} at step {result.best_step}" if result.best_val_loss is not None else "n/a"
+        ranks = f" x {dist.world_size} processes" if dist.enabled else ""
+        print(f"done: {result.steps_done} steps on {result.device}{ranks} ({result.precision}); best val {best}; "
+              f"files in {result.out_dir}")
     return 0
 
 

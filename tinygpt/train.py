@@ -35,10 +35,13 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from . import device as dev
+from . import distributed
 from .checkpoint import read_checkpoint, save_checkpoint
 from .data import Splits, encode_corpus, get_batch, load_or_train_tokenizer, read_corpus
+from .distributed import DistInfo, rank_device
 from .model import GPT, GPTConfig
 from .presets import model_config
 from .sample import sample_text
@@ -238,9 +241,10 @@ def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) 
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    # fused: one kernel per parameter group on CUDA and the CPU (about 2% of a holmes CPU step);
-    # elsewhere the multi-tensor (foreach) version
-    extra = {"fused": True} if device.type in ("cuda", "cpu") else {"foreach": True}
+    # fused on CUDA; elsewhere the multi-tensor (foreach) version. The CPU's fused AdamW measured
+    # within noise of foreach on a holmes step here, and building it imports torch._dynamo
+    # (about 2 s added to every job's start).
+    extra = {"fused": True} if device.type == "cuda" else {"foreach": True}
     return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.95), **extra)
 
 
@@ -328,13 +332,18 @@ class Trainer:
         resume: bool = False,
         tokens: torch.Tensor | None = None,
         tokenizer: Tokenizer | None = None,
+        dist: DistInfo | None = None,
     ) -> None:
         self.config = config.validate()
+        self.dist = dist or DistInfo()
+        if self.dist.enabled and config.batch_size % self.dist.world_size:
+            raise ValueError(f"batch_size {config.batch_size} must divide evenly over {self.dist.world_size} processes")
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.cb = callbacks or Callbacks()
+        self.cb = (callbacks or Callbacks()) if self.dist.is_main else Callbacks()  # rank 0 reports
         dev.set_threads(config.threads)
-        self.device = dev.resolve_device(config.device)
+        self.device = dev.resolve_device(rank_device(config.device, self.dist))
+        distributed.start(self.dist, self.device)
         self.precision = dev.resolve_precision(config.precision, self.device)
         self.model_config = config.model_config()
         self.tokenizer, tokens = self._load_data(tokenizer, tokens, Path(cache_dir) if cache_dir else None)
@@ -352,10 +361,17 @@ class Trainer:
         self.resumed = resume and resume_from.exists()
         if self.resumed:
             self._restore(resume_from)
-        self.forward_model = torch.compile(self.model) if config.compile else self.model
-        self.csv = MetricsCsv(self.out_dir / "metrics.csv", self.state.step if self.resumed else None)
-        self.tokenizer.save(self.out_dir / "tokenizer.json")
-        self._write_config_json()
+        trained: nn.Module = self.model
+        if self.dist.enabled:  # gradients averaged across ranks in backward
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            trained = DistributedDataParallel(self.model, device_ids=ids, broadcast_buffers=False)
+        self.forward_model = torch.compile(trained) if config.compile else trained
+        self.eval_model = self.model if self.dist.enabled else self.forward_model  # rank 0 alone: no collectives
+        self.csv = MetricsCsv(self.out_dir / "metrics.csv", self.state.step if self.resumed else None) \
+            if self.dist.is_main else None
+        if self.dist.is_main:
+            self.tokenizer.save(self.out_dir / "tokenizer.json")
+            self._write_config_json()
 
     # -- setup ------------------------------------------------------------------------
     def _load_data(
@@ -417,6 +433,8 @@ class Trainer:
 
     def save(self, kind: str) -> Path:
         path = self.out_dir / f"{kind}.pt"
+        if not self.dist.is_main:
+            return path
         save_checkpoint(path, self._checkpoint_state())
         self.cb.on_checkpoint(path, kind)
         return path
@@ -444,7 +462,7 @@ class Trainer:
         dev.reset_peak_memory(self.device)
         self.model.train()
         final: StepMetrics | None = None
-        if self.state.step == 0:
+        if self.state.step == 0 and self.dist.is_main:
             final = self._evaluate_and_log(tokens_per_sec=0.0)
             self._maybe_sample()
         stopped = False
@@ -454,7 +472,7 @@ class Trainer:
         dev.synchronize(self.device)
         interval_start = time.perf_counter()
         for step in range(self.state.step, cfg.steps):
-            if self.cb.should_stop():
+            if distributed.any_rank(self.cb.should_stop(), self.dist, self.device):
                 stopped = True
                 break
             loss_sum += self._train_step(step)
@@ -463,6 +481,11 @@ class Trainer:
             self.state.tokens_seen += tokens_per_step
             is_eval = self.state.step % cfg.eval_every == 0 or self.state.step == cfg.steps
             if not (is_eval or self.state.step % cfg.log_every == 0):
+                continue
+            loss_sum = distributed.mean_over_ranks(loss_sum, self.dist)  # the global batch's loss
+            if not self.dist.is_main:  # rank 0 evaluates, logs and samples; the others go on
+                steps_in_interval = 0
+                loss_sum.zero_()
                 continue
             # Timed region: the training steps since the last log; evaluation and sampling excluded.
             dev.synchronize(self.device)
@@ -500,8 +523,9 @@ class Trainer:
         cfg = self.config
         for group in self.optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)
-        batches = (
-            get_batch(self.splits.train, cfg.batch_size, self.model_config.context, self.batch_gen, self.device)
+        batches = (  # every rank draws the same global batch and trains on its own rows
+            tuple(distributed.shard(t, self.dist) for t in get_batch(
+                self.splits.train, cfg.batch_size, self.model_config.context, self.batch_gen, self.device))
             for _ in range(cfg.grad_accum)
         )
         return train_step(self.forward_model, self.optimizer, batches, device=self.device, precision=self.precision,
@@ -519,13 +543,14 @@ class Trainer:
             epochs=self.state.tokens_seen / len(self.splits.train),
             peak_mem_mib=dev.peak_memory_mib(self.device),
         )
-        self.csv.append(m)
+        if self.csv is not None:
+            self.csv.append(m)
         self.cb.on_step(m)
         return m
 
     def _evaluate_and_log(self, tokens_per_sec: float) -> StepMetrics:
         losses = estimate_loss(
-            self.forward_model, self.splits, self.config, self.model_config.context, self.device, self.precision
+            self.eval_model, self.splits, self.config, self.model_config.context, self.device, self.precision
         )
         m = self._log(losses["train"], losses["val"], tokens_per_sec)
         self.cb.on_eval(m)

@@ -31,8 +31,10 @@ from app.services.datasets import HOLMES, dataset_path, ensure_builtin, record_t
 from app.services.events import record_event
 from app.services.runs import set_status
 from app.settings import Settings, get_settings
+from tinygpt import distributed
 from tinygpt.bench import Cell, SweepConfig, plan, sweep
 from tinygpt.device import describe_device, resolve_device
+from tinygpt.distributed import DistInfo, dist_info, torchrun_command
 from tinygpt.gutenberg import download_holmes
 from tinygpt.train import Callbacks, StepMetrics, TrainConfig, Trainer
 from tinygpt.train import Sample as TrainSample
@@ -48,7 +50,9 @@ class JobCallbacks(Callbacks):
     def __init__(self, run_id: int, settings: Settings) -> None:
         self.run_id = run_id
         self.settings = settings
-        self.preempted = threading.Event()
+        self.preempted = threading.Event()  # SIGTERM: stop after this step, back to the queue
+        self.cancelled = threading.Event()  # set by the watcher on a cancel request
+        self.stop_on_cancel = False  # distributed runs: a cancel stops all ranks at a step boundary
         self.last_eval: StepMetrics | None = None
 
     def on_start(self, info: dict) -> None:
@@ -97,12 +101,14 @@ class JobCallbacks(Callbacks):
                          data={"message": f"best checkpoint at step {run.best_step} (val {run.best_val_loss:.4f})"})
 
     def should_stop(self) -> bool:
-        return self.preempted.is_set()
+        return self.preempted.is_set() or (self.stop_on_cancel and self.cancelled.is_set())
 
 
 def watch(run_id: int, attempt: int, settings: Settings, parent: int, cancelled: threading.Event,
-          done: threading.Event) -> None:
-    """Heartbeat; interrupt the main thread on cancel; exit if the worker died or the run moved on."""
+          done: threading.Event, interrupt: bool = True) -> None:
+    """Heartbeat; on cancel, interrupt the main thread (or, with ``interrupt=False``, leave the
+    ``cancelled`` flag for the training loop to see between steps: a distributed run, whose ranks
+    must stop together); exit if the worker died or the run moved on."""
     interval = min(0.5, settings.heartbeat_sec)
     beats = settings.heartbeat_sec  # the first beat at once
     while True:
@@ -114,7 +120,8 @@ def watch(run_id: int, attempt: int, settings: Settings, parent: int, cancelled:
                 os._exit(4)  # someone else owns the run now
             if run.cancel_requested and not cancelled.is_set():
                 cancelled.set()
-                _thread.interrupt_main()
+                if interrupt:
+                    _thread.interrupt_main()
             if beats >= settings.heartbeat_sec:
                 run.heartbeat_at = utcnow()
                 s.add(run)
@@ -164,18 +171,32 @@ def finish(run_id: int, status: RunStatus, error: str | None = None) -> None:
         set_status(s, run, status, **fields)
 
 
-def run_training(run: Run, settings: Settings, callbacks: JobCallbacks) -> bool:
-    """Train (or resume) the run; True when it stopped early (preempted)."""
+def run_training(run: Run, settings: Settings, callbacks: JobCallbacks, dist: DistInfo) -> bool:
+    """Train (or resume) the run; True when it stopped early (preempted, or a distributed run cancelled)."""
     corpus = corpus_for(run, settings)
     config = train_config(run, corpus, run.device or "auto", None)
-    trainer = Trainer(config, run.out_dir, callbacks=callbacks, cache_dir=settings.cache_dir,
-                      resume=bool(run.config.get("resume", True)))
-    with session_scope(settings) as s:
-        if run.config["dataset"] == HOLMES:
-            ensure_builtin(s, settings=settings)
-        record_tokenizer(s, name=run.config["dataset"], vocab_size=trainer.tokenizer.vocab_size,
-                         fingerprint=trainer.tokenizer.fingerprint())
-    return trainer.run().stopped
+    try:
+        trainer = Trainer(config, run.out_dir, callbacks=callbacks, cache_dir=settings.cache_dir,
+                          resume=bool(run.config.get("resume", True)), dist=dist)
+        with session_scope(settings) as s:
+            if run.config["dataset"] == HOLMES:
+                ensure_builtin(s, settings=settings)
+            record_tokenizer(s, name=run.config["dataset"], vocab_size=trainer.tokenizer.vocab_size,
+                             fingerprint=trainer.tokenizer.fingerprint())
+        return trainer.run().stopped
+    finally:
+        distributed.stop()
+
+
+def run_rank(run: Run, settings: Settings, dist: DistInfo) -> int:
+    """A rank other than 0 of a distributed run: train its share; rank 0 reports and checkpoints."""
+    config = train_config(run, corpus_for(run, settings), run.device or "auto", None)
+    try:
+        Trainer(config, run.out_dir, cache_dir=settings.cache_dir, resume=bool(run.config.get("resume", True)),
+                dist=dist).run()
+    finally:
+        distributed.stop()
+    return EXIT_OK
 
 
 def run_benchmark(run: Run, settings: Settings, callbacks: JobCallbacks) -> bool:
@@ -206,24 +227,40 @@ def main(argv: list[str]) -> int:
     run_id, attempt = int(argv[0]), int(argv[1])
     parent = os.getppid()
     die_with_parent()
-    logging.basicConfig(level=logging.INFO, format=f"job {run_id}: %(levelname)s %(message)s")
+    dist = dist_info()
+    logging.basicConfig(level=logging.INFO, format=f"job {run_id} (rank {dist.rank}): %(levelname)s %(message)s")
     settings = get_settings()
-    init_db(settings)
+    if dist.is_main:
+        init_db(settings)
     with session_scope(settings) as s:
         run = s.get(Run, run_id)
-        run.pid = os.getpid()
-        s.add(run)
+        if dist.is_main:
+            run.pid = os.getpid()
+            s.add(run)
+    gpus = int(run.config.get("gpus", 1))
+    if gpus > 1 and not dist.enabled:
+        # Become torchrun (same pid, so the worker still watches this process); it starts the ranks,
+        # each of which runs this module again. Rank 0 does what a single job does; the others train.
+        command = torchrun_command(gpus, "worker.job", str(run_id), str(attempt))
+        os.execv(command[0], command)
+    if not dist.is_main:
+        return run_rank(run, settings, dist)
     callbacks = JobCallbacks(run_id, settings)
     signal.signal(signal.SIGTERM, lambda *_: callbacks.preempted.set())
-    cancelled, done = threading.Event(), threading.Event()
-    watcher = threading.Thread(target=watch, args=(run_id, attempt, settings, parent, cancelled, done), daemon=True)
+    done = threading.Event()
+    cancelled = callbacks.cancelled
+    callbacks.stop_on_cancel = dist.enabled
+    watcher = threading.Thread(target=watch, args=(run_id, attempt, settings, parent, cancelled, done),
+                               kwargs={"interrupt": not dist.enabled}, daemon=True)
     try:  # the watcher may interrupt at once (a cancel that came early): start it inside the try
         watcher.start()
         stopped = run_benchmark(run, settings, callbacks) if run.kind == RunKind.benchmark else \
-            run_training(run, settings, callbacks)
+            run_training(run, settings, callbacks, dist)
         done.set()
         if stopped and callbacks.preempted.is_set():
             finish(run_id, RunStatus.queued)
+        elif stopped and cancelled.is_set():
+            finish(run_id, RunStatus.cancelled, "cancelled by request")
         else:
             finish(run_id, RunStatus.succeeded)
     except KeyboardInterrupt:

@@ -1,7 +1,9 @@
 """The run queue in the database: claim a run atomically, and find runs whose job died.
 
-Claiming is a compare-and-set (``UPDATE ... WHERE id = ? AND status = 'queued'``): of two
-workers that pick the same candidate, exactly one sees its update take effect.
+Claiming locks candidate rows with ``SELECT ... FOR UPDATE SKIP LOCKED`` (PostgreSQL: workers on
+any number of machines skip the rows another worker is claiming) and then changes the status with
+a compare-and-set (``UPDATE ... WHERE id = ? AND status = 'queued'``; on SQLite, which has no row
+locks and serialises writers, this is what decides): exactly one worker takes each run.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ def claim_next(session: Session, *, worker: str, slot: str) -> Run | None:
         .where(Run.status == RunStatus.queued, col(Run.requested_device).in_(device_matches(slot)))
         .order_by(col(Run.id))
         .limit(5)
+        .with_for_update(skip_locked=True)
     ).all()
     now = utcnow()
     for run_id in candidates:

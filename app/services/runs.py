@@ -188,12 +188,12 @@ def run_samples(session: Session, *, run_id: int) -> list[Sample]:
 
 
 def checkpoint_file(session: Session, *, run_id: int, settings: Settings) -> Path:
-    """The best checkpoint, only if the database points to it and it lies inside $TINYGPT_HOME."""
+    """The best checkpoint, only if the database points to it and it lies inside the run folders."""
     run = get_run(session, run_id=run_id)
     if not run.checkpoint_path:
         raise NotFound(f"run {run_id} has no checkpoint yet")
     path = Path(run.checkpoint_path).resolve()
-    if not path.is_relative_to(settings.home_dir.resolve()) or not path.is_file():
+    if not path.is_relative_to(settings.runs_dir.resolve()) or not path.is_file():
         raise NotFound(f"run {run_id}'s checkpoint file is missing")
     return path
 
