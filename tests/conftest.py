@@ -101,9 +101,19 @@ def postgres():  # noqa: ANN201
     shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"], scope="module")
-def database(request: pytest.FixtureRequest) -> dict:
-    """Extra environment for a service home: the default SQLite file, or a fresh PostgreSQL database."""
+def database_env(request: pytest.FixtureRequest) -> dict:
     if request.param == "sqlite":
         return {}
     return {"TINYGPT_DATABASE_URL": request.getfixturevalue("postgres").create_database()}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"], scope="module")
+def database(request: pytest.FixtureRequest) -> dict:
+    """Extra environment for a service home: the default SQLite file, or a fresh PostgreSQL database."""
+    return database_env(request)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=[pytest.mark.slow, pytest.mark.scale])])
+def database_faults(request: pytest.FixtureRequest) -> dict:
+    """As ``database``, for the long fault tests: their PostgreSQL runs go with `make test-scale` (CI runs it)."""
+    return database_env(request)
