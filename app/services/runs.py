@@ -10,6 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from sqlalchemy import delete as sa_delete
+from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from tinygpt.device import available_devices
@@ -122,12 +123,14 @@ def list_runs(
         stmt = stmt.where((Run.device == device) | (Run.requested_device == device))
     if group:
         stmt = stmt.where(Run.group_id == group)
-    runs = list(session.exec(stmt.order_by(col(Run.id).desc())))
+    stmt = stmt.order_by(col(Run.id).desc())
     if tag:  # tags are a JSON list: filtered here, portable across SQLite and PostgreSQL
-        runs = [r for r in runs if tag in (r.tags or [])]
-    total = len(runs)
-    items = [RunPublic.of(r) for r in runs[offset : offset + limit]]
-    return RunsPage(items=items, total=total, offset=offset, limit=limit)
+        runs = [r for r in session.exec(stmt) if tag in (r.tags or [])]
+        total, page = len(runs), runs[offset : offset + limit]
+    else:  # one page from the database, and a count
+        total = session.exec(select(func.count()).select_from(stmt.order_by(None).subquery())).one()
+        page = list(session.exec(stmt.offset(offset).limit(limit)))
+    return RunsPage(items=[RunPublic.of(r) for r in page], total=total, offset=offset, limit=limit)
 
 
 def update_run(session: Session, *, run_id: int, body: RunUpdate) -> Run:
