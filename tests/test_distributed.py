@@ -30,7 +30,7 @@ def run(cmd: list[str], cache) -> subprocess.CompletedProcess:
 def test_two_gloo_processes_follow_the_single_process_curve(tmp_path, slice_path, warm_cache):
     home = tmp_path / "home"
     shutil.copytree(warm_cache, home / "cache")
-    single = run([sys.executable, "-m", "tinygpt", *train_args(slice_path, tmp_path / "one")], home)
+    run([sys.executable, "-m", "tinygpt", *train_args(slice_path, tmp_path / "one")], home)
     double = run(torchrun_command(2, "tinygpt", *train_args(slice_path, tmp_path / "two")), home)
     assert "x 2 processes" in double.stdout and double.stdout.count("done:") == 1  # rank 0 reports, once
     one = read_metrics_csv(tmp_path / "one" / "metrics.csv")
