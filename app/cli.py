@@ -39,8 +39,14 @@ def run_app(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .main import create_app
+    from .security import BindError, check_bind
 
-    uvicorn.run(create_app(), host=args.host, port=args.port, log_level="info")
+    try:
+        check_bind(get_settings(), args.host)
+    except BindError as exc:
+        print(f"tinygpt: error: {exc}", file=sys.stderr)
+        return 2
+    uvicorn.run(create_app(host=args.host), host=args.host, port=args.port, log_level="info")
     return 0
 
 

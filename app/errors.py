@@ -35,3 +35,7 @@ class Invalid(AppError):
 
 class TooLarge(AppError):
     status_code = 413
+
+
+class TooManyRequests(AppError):
+    status_code = 429

@@ -6,20 +6,24 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from . import pages
+from . import login, pages
 from .api import benchmarks, catalog, events, runs
 from .db import init_db, session_scope
 from .errors import AppError
+from .security import LOOPBACK_NAMES, BodyLimitMiddleware, Unauthorized, guard, is_loopback, safe_next
 from .services.datasets import ensure_builtin
 from .services.hub import EventHub
 from .settings import Settings, get_settings
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, host: str | None = None) -> FastAPI:
+    """The app; ``host`` is the address it will be bound to (default: the setting), which decides
+    the host names it answers to (see :mod:`app.security`)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -34,13 +38,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         await app.state.hub.stop()
 
-    app = FastAPI(title="TinyGPT Dashboard", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(title="TinyGPT Dashboard", version="0.1.0", lifespan=lifespan, dependencies=[Depends(guard)])
+    app.state.settings = settings  # the guard reads it from the first request on
+    app.state.streams = events.StreamCounter()
+    app.add_middleware(BodyLimitMiddleware, settings=settings)
+    if is_loopback(host or settings.host):
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=[*LOOPBACK_NAMES, *settings.allowed_hosts])
 
     @app.exception_handler(AppError)
     async def app_error(request: Request, exc: AppError) -> Response:
         """JSON for the API, a fragment for htmx, a page for a browser."""
         if request.url.path.startswith("/api/") or request.url.path == "/healthz":
-            return JSONResponse({"detail": exc.detail()}, status_code=exc.status_code)
+            headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+            return JSONResponse({"detail": exc.detail()}, status_code=exc.status_code, headers=headers)
+        if isinstance(exc, Unauthorized) and not request.headers.get("HX-Request"):
+            target = safe_next(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
+            return pages.render(request, "login.html", 401, next=target)
         name = "_error.html" if request.headers.get("HX-Request") else "error.html"
         return pages.render(request, name, exc.status_code, status=exc.status_code, message=exc.message)
 
@@ -50,5 +63,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(catalog.router)
     app.include_router(catalog.health_router)
     app.include_router(pages.router)
+    app.include_router(login.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).resolve().parent.parent / "static"), name="static")
     return app

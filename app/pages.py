@@ -17,6 +17,7 @@ from tinygpt.presets import ARCHS, PRESETS, list_presets
 from .deps import SessionDep, SettingsDep
 from .errors import AppError
 from .models import BenchmarkCreate, Metric, RunCreate, RunKind, RunPublic, RunStatus
+from .security import has_credentials
 from .services import benchmarks as bench_svc
 from .services import datasets as ds_svc
 from .services import runs as svc
@@ -35,6 +36,8 @@ CHECKBOXES = ("compile", "grad_checkpointing", "resume")
 
 
 def render(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    token = request.app.state.settings.api_token
+    context.setdefault("signed_in", token is not None and has_credentials(request, token))
     return templates.TemplateResponse(request, name, context, status_code=status_code)
 
 

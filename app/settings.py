@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -23,9 +23,20 @@ class Settings(BaseSettings):
     holmes_path: Path | None = Field(default=None, description="Holmes corpus file used instead of a download")
     host: str = Field(default="127.0.0.1", description="address the app binds to")
     port: int = Field(default=8000, description="port the app binds to")
+    api_token: SecretStr | None = Field(default=None, description="token for every state-changing request and "
+                                        "event stream (header `Authorization: Bearer TOKEN`, or the login page's "
+                                        "cookie); required when `host` is not a loopback address")
+    allowed_hosts: list[str] = Field(default_factory=list, description="more host names the app answers to while "
+                                     "bound to a loopback address (it answers only to 127.0.0.1 and localhost "
+                                     "otherwise, against DNS rebinding); a JSON list")
     max_upload_mb: float = Field(default=50.0, description="largest dataset upload, in MB")
+    max_request_kb: int = Field(default=1024, description="largest body of any other request, in KB")
+    max_streams_per_client: int = Field(default=50, description="event streams one client address may hold open at once")
     max_steps: int = Field(default=1_000_000, description="largest `steps` a run may ask for")
     sample_max_tokens: int = Field(default=2000, description="largest `max_tokens` of a sample request")
+    job_memory_mb: int | None = Field(default=None, ge=64, description="address-space cap of each job process, "
+                                      "in MB (a run that needs more fails `out of memory` instead of taking the "
+                                      "machine down); unset: no cap")
     heartbeat_sec: float = Field(default=2.0, description="how often a running job writes its heartbeat")
     stale_after_sec: float = Field(default=10.0, description="a running run whose heartbeat is older is crashed")
     max_attempts: int = Field(default=3, description="a run that crashed this many times is not re-queued again")

@@ -52,6 +52,7 @@ class Home:
 
 class Proc:
     def __init__(self, args: list[str], home: Home, log_name: str) -> None:
+        self.home = home
         self.log_path = home.path / f"{log_name}.log"
         self.log = open(self.log_path, "w")  # noqa: SIM115
         self.popen = subprocess.Popen([sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=home.env(),
@@ -72,7 +73,8 @@ class Proc:
         return self.popen.returncode
 
     def output(self) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return self.log_path.read_text()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -45,9 +46,11 @@ def page(browser):
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    # Chromium logs every 4xx fetch on the console; a 422 for a form with errors is expected.
-    expected = "the server responded with a status of 422"
-    pg.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" and expected not in msg.text else None)
+    # Chromium logs every 4xx fetch on the console; a 422 for a form with errors and the 401 of a
+    # login page are expected.
+    expected = ("the server responded with a status of 422", "the server responded with a status of 401")
+    pg.on("console", lambda msg: errors.append(msg.text)
+          if msg.type == "error" and not any(e in msg.text for e in expected) else None)
     pg.js_errors = errors
     yield pg
     context.close()
@@ -245,3 +248,105 @@ def test_benchmark_from_the_page_fills_table_and_charts_live(site, page):
     page.fill("input[name=batch_size]", "4")
     estimate = page.inner_text("#estimate")
     assert "of training on cpu (benchmark #" in estimate and "at batch 4, fp32" in estimate
+
+
+def test_login_then_create_and_watch_a_run_with_the_token_on(site, page, tmp_path):
+    """A second app on the same home, started with an API token: the browser logs in once and
+    everything (form post, live stream, cancel) works through the HttpOnly cookie."""
+    token = "pages-token-0123456789"
+    home = Home(site.home.path, site.home.corpus, {"TINYGPT_API_TOKEN": token})
+    guarded = AppServer(home)
+    try:
+        page.goto(f"{guarded.url}/new")
+        assert page.locator("h1").inner_text() == "Log in"
+        assert page.locator("button.link").count() == 0  # no "Log out" before logging in
+        page.fill("input[name=token]", "not-the-token")
+        page.click(".login-form button")
+        assert page.locator("#token-error").inner_text() == "wrong token"
+        shot(page, "login")
+        page.fill("input[name=token]", token)
+        page.click(".login-form button")
+        page.wait_for_url(f"{guarded.url}/new")
+        cookie = next(c for c in page.context.cookies() if c["name"] == "tinygpt_session")
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["value"] != token
+        assert page.evaluate("document.cookie") == ""  # not readable from scripts
+        page.select_option("select[name=device]", "cpu")
+        page.select_option("select[name=precision]", "fp32")
+        for name, value in {"steps": "20", "batch_size": "4", "eval_every": "10", "seed": "7"}.items():
+            page.fill(f"input[name={name}]", value)
+        page.click("form.run-form button[type=submit]")
+        page.wait_for_url(f"{guarded.url}/runs/*")
+        # pushed over the guarded event stream, which the browser opens with the cookie
+        page.wait_for_function("document.getElementById('run-status').textContent === 'succeeded'", timeout=120_000)
+        assert page.evaluate("window.runState.rows.map(r => r.step)") == [0, 10, 20]
+        page.click("button.link")  # log out
+        page.wait_for_url(f"{guarded.url}/login")
+    finally:
+        guarded.stop()
+
+
+
+@pytest.mark.slow
+def test_app_killed_and_restarted_while_streaming_every_event_arrives_once(tmp_path, slice_path, warm_cache, page):
+    """SIGKILL the app under a browser and a script that both follow a run: both reconnect with
+    Last-Event-ID to the restarted app and end up with every event of the run exactly once."""
+    import signal
+    import threading
+
+    home = Home(tmp_path / "home", slice_path)
+    home.path.mkdir()
+    home.seed_cache(warm_cache)
+    app = AppServer(home)
+    worker = Worker(home, "restart")
+    followed: list[int] = []
+    try:
+        with app.client() as c:
+            run = c.post("/api/runs", json={**TINY, "steps": 150, "eval_every": 10, "threads": 1}).json()[0]
+        url = f"{app.url}/api/runs/{run['id']}/events"
+        follower = threading.Thread(target=follow_with_reconnects, args=(url, followed), daemon=True)
+        follower.start()
+        page.goto(f"{app.url}/runs/{run['id']}")
+        page.wait_for_function("window.runState && window.runState.rows.length >= 3", timeout=120_000)
+        app.signal(signal.SIGKILL)
+        app.popen.wait()
+        seen_before = len(followed)
+        time.sleep(2)  # both clients find the app gone and retry
+        app = AppServer(home, port=app.port)
+        follower.join(timeout=300)
+        assert not follower.is_alive()
+        page.wait_for_function("document.getElementById('run-status').textContent === 'succeeded'", timeout=180_000)
+        stream = read_events(url)  # the whole stream, read afresh
+        every = [e["id"] for e in stream if "id" in e]
+        assert 0 < seen_before < len(every)
+        assert followed == every  # the script: each event once, in order, none missing
+        shown = [e["id"] for e in stream if e["event"] in ("status", "metric", "sample", "log")]  # what the page handles
+        assert [i for i in page.evaluate("window.runState.received") if i] == shown  # the browser: the same
+        assert page.evaluate("window.runState.rows.map(r => r.step)") == list(range(0, 151, 10))
+        # the browser logged its failed reconnection attempts while the app was down; nothing else
+        page.js_errors[:] = [e for e in page.js_errors if "ERR_CONNECTION_REFUSED" not in e
+                             and "ERR_INCOMPLETE_CHUNKED_ENCODING" not in e]
+    finally:
+        worker.stop()
+        app.stop()
+
+
+def follow_with_reconnects(url: str, into: list[int]) -> None:
+    """A script following a stream: on a broken connection, reconnect with Last-Event-ID."""
+    import httpx
+
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            last = into[-1] if into else None
+            headers = {"Last-Event-ID": str(last)} if last is not None else {}
+            with httpx.stream("GET", url, headers=headers, timeout=httpx.Timeout(30, connect=2)) as response:
+                event = ""
+                for line in response.iter_lines():
+                    if line.startswith("id:"):
+                        into.append(int(line[3:].strip()))
+                    elif line.startswith("event:"):
+                        event = line[6:].strip()
+                    elif line == "" and event == "end":
+                        return
+        except httpx.HTTPError:
+            time.sleep(0.3)

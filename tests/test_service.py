@@ -377,10 +377,8 @@ def test_worker_sigkill_mid_run_then_restart_resumes(tmp_path, slice_path, warm_
         app.stop()
 
 
-def test_worker_sigterm_requeues_and_next_worker_resumes(tmp_path, slice_path, warm_cache):
-    # SQLite only for now: on PostgreSQL one loaded run left the run `running` after the worker's
-    # SIGTERM (a rerun passed); open in the scale-out issue
-    home = make_home(tmp_path, slice_path, warm_cache)
+def test_worker_sigterm_requeues_and_next_worker_resumes(tmp_path, slice_path, warm_cache, database_faults):
+    home = make_home(tmp_path, slice_path, warm_cache, **database_faults)
     app = AppServer(home)
     worker = Worker(home, "w1")
     try:
@@ -389,7 +387,7 @@ def test_worker_sigterm_requeues_and_next_worker_resumes(tmp_path, slice_path, w
             wait_for(lambda: c.get(f"/api/runs/{run['id']}").json()["last_step"] >= 20, timeout=120, message="step 20")
             assert worker.stop() == 0
             stopped = c.get(f"/api/runs/{run['id']}").json()
-            assert stopped["status"] == "queued"
+            assert stopped["status"] == "queued", worker.output()
             step = stopped["last_step"]
             worker = Worker(home, "w2")
             read_events(f"{app.url}/api/runs/{run['id']}/events", timeout=240)

@@ -85,12 +85,6 @@ def plan(config: SweepConfig, device: torch.device) -> list[Cell]:
     return [Cell(precision=p, batch_size=b, threads=t) for t in threads for p in precisions for b in config.batch_sizes]
 
 
-def is_out_of_memory(exc: BaseException) -> bool:
-    return isinstance(exc, torch.OutOfMemoryError) or (
-        isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
-    )
-
-
 def measure(cell: Cell, config: SweepConfig, device: torch.device) -> Cell:
     """Fill in one cell's figures (or ``oom``)."""
     precision = dev.resolve_precision(cell.precision, device)
@@ -103,7 +97,7 @@ def measure(cell: Cell, config: SweepConfig, device: torch.device) -> Cell:
         cell.tokens_per_sec = tokens / seconds
         cell.peak_mem_mib = dev.peak_memory_mib(device)
     except Exception as exc:
-        if not is_out_of_memory(exc):
+        if not dev.is_out_of_memory(exc):
             raise
         cell.oom, cell.error = True, str(exc).splitlines()[0][:300]
     finally:

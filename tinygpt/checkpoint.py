@@ -27,14 +27,23 @@ class CheckpointError(ValueError):
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
-    """Write atomically: a temporary file in the same folder, fsync, then rename."""
+    """Write atomically: a temporary file in the same folder, fsync, then rename.
+
+    A write that fails (a full disk, say) removes the temporary file, leaves the checkpoint
+    already under ``path`` as it was, and raises :class:`CheckpointError` naming the cause.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        torch.save({"version": CHECKPOINT_VERSION, **state}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            torch.save({"version": CHECKPOINT_VERSION, **state}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as exc:  # torch reports a failed write as RuntimeError
+        tmp.unlink(missing_ok=True)
+        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise CheckpointError(f"could not write checkpoint {path}: {cause}") from exc
 
 
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:

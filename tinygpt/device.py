@@ -274,3 +274,18 @@ def peak_memory_mib(device: torch.device) -> float:
                 return int(line.split()[1]) / 1024  # kB
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / 2**20 if sys.platform == "darwin" else rss / 1024  # bytes on macOS, KiB on Linux
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """An allocation that failed: CUDA's ``OutOfMemoryError``, the CPU allocator's refusal
+    (``DefaultCPUAllocator: can't allocate memory``, e.g. under a memory limit) or Python's ``MemoryError``.
+
+    >>> is_out_of_memory(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 bytes"))
+    True
+    >>> is_out_of_memory(RuntimeError("shape mismatch"))
+    False
+    """
+    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)

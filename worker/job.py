@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import _thread
 import ctypes
+import faulthandler
 import logging
 import os
+import resource
 import signal
 import sys
 import threading
@@ -33,7 +35,7 @@ from app.services.runs import set_status
 from app.settings import Settings, get_settings
 from tinygpt import distributed
 from tinygpt.bench import Cell, SweepConfig, plan, sweep
-from tinygpt.device import describe_device, resolve_device
+from tinygpt.device import describe_device, is_out_of_memory, resolve_device
 from tinygpt.distributed import DistInfo, dist_info, torchrun_command
 from tinygpt.gutenberg import download_holmes
 from tinygpt.train import Callbacks, StepMetrics, TrainConfig, Trainer
@@ -140,6 +142,23 @@ def die_with_parent() -> None:
             pass
 
 
+def limit_memory(settings: Settings) -> None:
+    """Cap this process's address space at ``TINYGPT_JOB_MEMORY_MB``: past it, allocations fail
+    (and the run ends ``out of memory``) instead of the kernel's OOM killer picking a victim."""
+    if settings.job_memory_mb is not None:
+        limit = settings.job_memory_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def failure_message(exc: BaseException, run: Run) -> str:
+    """What the run page shows for a job that raised ``exc``."""
+    if is_out_of_memory(exc):
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return (f"out of memory on {run.device or 'the device'} at batch_size {run.config.get('batch_size')}: "
+                f"{first} (try a smaller batch_size, or gradient accumulation)")
+    return f"{type(exc).__name__}: {exc}"
+
+
 def train_config(run: Run, corpus: Path, device: str, threads: int | None) -> TrainConfig:
     c = run.config
     return TrainConfig(
@@ -169,6 +188,7 @@ def finish(run_id: int, status: RunStatus, error: str | None = None) -> None:
         if status != RunStatus.queued:
             fields["finished_at"] = utcnow()
         set_status(s, run, status, **fields)
+    log.info("run %s: %s%s", run_id, status, f" ({error})" if error else "")
 
 
 def run_training(run: Run, settings: Settings, callbacks: JobCallbacks, dist: DistInfo) -> bool:
@@ -227,9 +247,11 @@ def main(argv: list[str]) -> int:
     run_id, attempt = int(argv[0]), int(argv[1])
     parent = os.getppid()
     die_with_parent()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is this job? (in the worker's log)
     dist = dist_info()
     logging.basicConfig(level=logging.INFO, format=f"job {run_id} (rank {dist.rank}): %(levelname)s %(message)s")
     settings = get_settings()
+    limit_memory(settings)
     if dist.is_main:
         init_db(settings)
     with session_scope(settings) as s:
@@ -272,7 +294,7 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # the job failed: record why, keep the worker serving
         done.set()
         log.error("run %s failed:\n%s", run_id, traceback.format_exc())
-        finish(run_id, RunStatus.failed, f"{type(exc).__name__}: {exc}")
+        finish(run_id, RunStatus.failed, failure_message(exc, run))
     return EXIT_OK
 
 

@@ -72,6 +72,7 @@ class Worker:
         rc = slot.process.returncode
         with session_scope(self.settings) as s:
             run = s.get(Run, slot.run_id)
+            log.info("run %s: job exited with %s; run is %s", slot.run_id, rc, run.status if run else "gone")
             if run is not None and run.status == RunStatus.running and run.worker == self.name:
                 if rc < 0:
                     name = signal_description(rc)
@@ -111,6 +112,8 @@ class Worker:
 
     def shutdown(self) -> None:
         running = [slot for slot in self.slots if slot.process is not None]
+        if running:
+            log.info("stopping: asking runs %s to checkpoint", [slot.run_id for slot in running])
         for slot in running:
             slot.process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + SHUTDOWN_GRACE_SEC

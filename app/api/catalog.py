@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Form, Query, Request, UploadFile
+from fastapi import APIRouter, Form, Query, UploadFile
 from sqlalchemy import text
 
 from tinygpt.presets import list_presets
 
 from ..deps import SessionDep, SettingsDep
-from ..errors import Invalid, TooLarge
+from ..errors import Invalid
 from ..models import DatasetPublic
 from ..services import datasets as ds_svc
 from ..services.runs import compare_runs, machine_devices
@@ -38,12 +38,9 @@ def datasets(session: SessionDep, settings: SettingsDep) -> list[dict]:
 
 @router.post("/datasets", status_code=201, response_model=DatasetPublic)
 async def upload_dataset(
-    request: Request, session: SessionDep, settings: SettingsDep, file: UploadFile, name: Annotated[str, Form()]
+    session: SessionDep, settings: SettingsDep, file: UploadFile, name: Annotated[str, Form()]
 ) -> DatasetPublic:
-    """Upload a UTF-8 text file (limit: ``TINYGPT_MAX_UPLOAD_MB``)."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > settings.max_upload_mb * 1_000_000 + 64 * 1024:
-        raise TooLarge(f"file is larger than the upload limit of {settings.max_upload_mb:g} MB", field="file")
+    """Upload a UTF-8 text file (limit: ``TINYGPT_MAX_UPLOAD_MB``, enforced while the body streams in)."""
     ds = await ds_svc.upload_dataset(session, name=name, source=file, settings=settings)
     return DatasetPublic.model_validate(ds.model_dump())
 

@@ -14,10 +14,11 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Request
 from sqlmodel import Session
 from sse_starlette import EventSourceResponse
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from ..db import get_engine
-from ..deps import SettingsDep
+from ..errors import TooManyRequests
 from ..models import FINISHED, Event, EventType
 from ..services.events import RUN_LIST_TYPES, list_events_after, run_events_after
 from ..services.runs import get_run
@@ -82,6 +83,54 @@ async def stream(
             await hub.wait_past(seen, settings.keepalive_sec)
 
 
+class StreamCounter:
+    """Open event streams per client address, capped at ``TINYGPT_MAX_STREAMS_PER_CLIENT``."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, int] = {}
+
+    def acquire(self, client: str, limit: int) -> None:
+        if self.open.get(client, 0) >= limit:
+            raise TooManyRequests(f"too many open event streams from {client} (limit {limit}); close some first")
+        self.open[client] = self.open.get(client, 0) + 1
+
+    def release(self, client: str) -> None:
+        self.open[client] -= 1
+        if not self.open[client]:
+            del self.open[client]
+
+
+class StreamSlot:
+    """One of a client's stream slots, given back once (by the stream's end or the response's)."""
+
+    def __init__(self, counter: StreamCounter, client: str) -> None:
+        self.counter, self.client, self.held = counter, client, True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.counter.release(self.client)
+
+
+async def holding(slot: StreamSlot, events: AsyncIterator[dict]) -> AsyncIterator[dict]:
+    try:
+        async for event in events:
+            yield event
+    finally:
+        slot.release()
+
+
+def open_stream(request: Request, events: AsyncIterator[dict]) -> EventSourceResponse:
+    """Take one of the client's stream slots now (429 when it has none left); give it back when
+    the stream ends, or when the response does (a client gone before the stream started)."""
+    counter: StreamCounter = request.app.state.streams
+    client = request.client.host if request.client else "unknown"
+    counter.acquire(client, request.app.state.settings.max_streams_per_client)
+    slot = StreamSlot(counter, client)
+    return EventSourceResponse(holding(slot, events), ping=request.app.state.settings.keepalive_sec,
+                               background=BackgroundTask(slot.release))
+
+
 def check_run_exists(run_id: int) -> None:
     with Session(get_engine()) as s:
         get_run(s, run_id=run_id)  # 404 for an unknown run
@@ -89,8 +138,7 @@ def check_run_exists(run_id: int) -> None:
 
 @router.get("/runs/{run_id}/events")
 async def run_events(
-    run_id: int, request: Request, settings: SettingsDep,
-    last_event_id: Annotated[str | None, Header()] = None, after: int | None = None,
+    run_id: int, request: Request, last_event_id: Annotated[str | None, Header()] = None, after: int | None = None,
 ) -> EventSourceResponse:
     """``status``, ``metric``, ``sample`` and ``log`` events of one run, then ``end`` when it has finished.
 
@@ -99,16 +147,14 @@ async def run_events(
     await run_in_threadpool(check_run_exists, run_id)
     fetch = fetcher(run_events_after, run_id=run_id)
     gen = stream(request, fetch, lambda e: e.run_id == run_id, parse_last_id(last_event_id, after), ends=True)
-    return EventSourceResponse(gen, ping=settings.keepalive_sec)
+    return open_stream(request, gen)
 
 
 @router.get("/events")
 async def all_events(
-    request: Request, settings: SettingsDep,
-    last_event_id: Annotated[str | None, Header()] = None, after: int | None = None,
+    request: Request, last_event_id: Annotated[str | None, Header()] = None, after: int | None = None,
 ) -> EventSourceResponse:
     """Run-list changes: ``created`` and ``status`` events of every run."""
     fetch = fetcher(list_events_after)
     keep = lambda e: e.type in RUN_LIST_TYPES  # noqa: E731
-    return EventSourceResponse(stream(request, fetch, keep, parse_last_id(last_event_id, after), ends=False),
-                               ping=settings.keepalive_sec)
+    return open_stream(request, stream(request, fetch, keep, parse_last_id(last_event_id, after), ends=False))

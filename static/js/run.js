@@ -6,7 +6,7 @@ const MAX_POINTS = 2000; // points drawn per series; the data itself is never dr
 function setupRunPage() {
   const run = TG.readJSON("run-data");
   const $ = (id) => document.getElementById(id);
-  const state = { rows: [], lastEventId: 0, status: run.status, best: null };
+  const state = { rows: [], lastEventId: 0, status: run.status, best: null, received: [] };
   window.runState = state; // for tests and the curious
 
   // -- charts -------------------------------------------------------------------------------
@@ -105,6 +105,7 @@ function setupRunPage() {
   const source = new EventSource(`/api/runs/${run.id}/events`);
   const fresh = (e) => {
     const id = +e.lastEventId;
+    state.received.push(id); // every id as it arrived (the tests check none comes twice)
     if (id && id <= state.lastEventId) return false; // never apply an event twice
     if (id) state.lastEventId = id;
     return true;

@@ -1,0 +1,187 @@
+"""Who may change things: the API token, the browser's login cookie, cross-site and host checks.
+
+The model (README, "Security"): bound to a loopback address (the default), the dashboard serves
+the people on its own machine; bound to any other address it must have ``TINYGPT_API_TOKEN``,
+and then every state-changing request and every event stream needs that token, as
+``Authorization: Bearer TOKEN`` (scripts) or the cookie the ``/login`` page sets (browsers).
+Independently of the token:
+
+- a state-changing request that a browser marks as coming from another site is refused
+  (``Sec-Fetch-Site`` / ``Origin`` checks: cross-site request forgery);
+- bound to loopback, the app answers only to loopback host names (DNS rebinding);
+- request bodies are capped while they stream in (:class:`BodyLimitMiddleware`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+from urllib.parse import urlsplit
+
+from fastapi import Request
+from pydantic import SecretStr
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import AppError
+from .settings import Settings
+
+SESSION_COOKIE = "tinygpt_session"
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+OPEN_PATHS = frozenset({"/login", "/logout", "/healthz"})  # reachable without the token (the login form posts it)
+LOOPBACK_NAMES = ("127.0.0.1", "localhost")
+UPLOAD_PATHS = frozenset({"/api/datasets", "/partials/datasets"})
+
+
+class Unauthorized(AppError):
+    status_code = 401
+
+
+class Forbidden(AppError):
+    status_code = 403
+
+
+class BindError(ValueError):
+    """The app was asked to bind where it may not (another address without a token)."""
+
+
+def is_loopback(host: str) -> bool:
+    """>>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("0.0.0.0")
+    (True, True, False)
+    """
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(settings: Settings, host: str) -> None:
+    """Refuse to serve another address than loopback without an API token."""
+    if not is_loopback(host) and settings.api_token is None:
+        raise BindError(f"binding to {host} needs an API token: set TINYGPT_API_TOKEN (README, Security), "
+                        "or bind to 127.0.0.1")
+
+
+def session_value(token: SecretStr) -> str:
+    """What the login cookie holds: derived from the token, so the cookie never carries the token itself."""
+    return hmac.new(token.get_secret_value().encode(), b"tinygpt browser session", hashlib.sha256).hexdigest()
+
+
+def token_matches(presented: str, token: SecretStr) -> bool:
+    """Constant-time comparison (the time taken does not tell how much of a guess was right)."""
+    return hmac.compare_digest(presented.encode(), token.get_secret_value().encode())
+
+
+def has_credentials(request: Request, token: SecretStr) -> bool:
+    """The bearer token or the login cookie, each compared in constant time."""
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and token_matches(value.strip(), token):
+        return True
+    cookie = request.cookies.get(SESSION_COOKIE)
+    return cookie is not None and hmac.compare_digest(cookie.encode(), session_value(token).encode())
+
+
+def from_this_site(request: Request) -> bool:
+    """False when the browser says the request comes from another site.
+
+    Browsers send ``Sec-Fetch-Site`` (and ``Origin`` on posts); scripts such as curl send
+    neither and are judged by the token alone.
+    """
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site in ("same-origin", "none")
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    return urlsplit(origin).netloc == request.headers.get("host")
+
+
+def is_event_stream(path: str) -> bool:
+    return path.startswith("/api/") and path.endswith("/events")
+
+
+def is_page(request: Request) -> bool:
+    return not request.url.path.startswith("/api/") and request.url.path not in OPEN_PATHS
+
+
+async def guard(request: Request) -> None:
+    """The dependency every route runs first (see the module docstring)."""
+    settings: Settings = request.app.state.settings
+    unsafe = request.method in UNSAFE_METHODS
+    if unsafe and not from_this_site(request):
+        raise Forbidden("cross-site request refused: submit the form from this dashboard's own pages")
+    token = settings.api_token
+    if token is None or request.url.path in OPEN_PATHS:
+        return
+    if (unsafe or is_event_stream(request.url.path) or is_page(request)) and not has_credentials(request, token):
+        raise Unauthorized("this dashboard needs its API token: send `Authorization: Bearer TOKEN`, "
+                           "or log in at /login")
+
+
+def safe_next(target: str | None) -> str:
+    """Where to go after logging in: a path on this site only (never another host)."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+class BodyLimitMiddleware:
+    """Cap request bodies while they arrive: a declared size over the cap gets 413 before any of it
+    is read, and a body that grows past it (chunked, or lying about its size) is cut off with 413.
+
+    Uploads (``UPLOAD_PATHS``) may reach ``max_upload_mb``; other requests ``max_request_kb``.
+    """
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+
+    def limit_for(self, path: str) -> tuple[int, str, str]:
+        if path in UPLOAD_PATHS:
+            mb = self.settings.max_upload_mb
+            return int(mb * 1_000_000) + 64 * 1024, "file", f"file is larger than the upload limit of {mb:g} MB"
+        kb = self.settings.max_request_kb
+        return kb * 1024, "body", f"request body is larger than the limit of {kb} KB"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit, field, message = self.limit_for(scope["path"])
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > limit:
+            await send_too_large(send, scope["path"], field, message)
+            return
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            msg = await receive()
+            if msg["type"] == "http.request":
+                received += len(msg.get("body", b""))
+                if received > limit:
+                    raise HTTPException(413, detail=[{"loc": ["body", field], "msg": message, "type": "value_error"}],
+                                        headers={"Connection": "close"})  # stop reading the rest
+            return msg
+
+        await self.app(scope, limited, send)
+
+
+async def send_too_large(send: Send, path: str, field: str, message: str) -> None:
+    """A 413 sent before the body is read: the API's field-error JSON, or the pages' error fragment."""
+    if path.startswith("/api/"):
+        body = json.dumps({"detail": [{"loc": ["body", field], "msg": message, "type": "value_error"}]}).encode()
+        kind = b"application/json"
+    else:
+        from .pages import templates  # the pages' own error fragment (import here: pages imports this module)
+
+        body = templates.get_template("_error.html").render(status=413, message=message).encode()
+        kind = b"text/html; charset=utf-8"
+    await send({"type": "http.response.start", "status": 413,
+                "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
