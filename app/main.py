@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -57,6 +60,11 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
         name = "_error.html" if request.headers.get("HX-Request") else "error.html"
         return pages.render(request, name, exc.status_code, status=exc.status_code, message=exc.message)
 
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        """FastAPI's 422, made safe for inputs JSON or UTF-8 cannot hold (``NaN``, a lone surrogate): shown as text."""
+        return JSONResponse({"detail": json_safe(jsonable_encoder(exc.errors()))}, status_code=422)
+
     app.include_router(runs.router)
     app.include_router(events.router)
     app.include_router(benchmarks.router)
@@ -66,3 +74,17 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
     app.include_router(login.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).resolve().parent.parent / "static"), name="static")
     return app
+
+
+def json_safe(value: object) -> object:
+    """``value`` with every non-finite float replaced by its text (``nan``, ``inf``) and every
+    string that UTF-8 cannot hold (a lone surrogate) escaped (``\\udcff``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    return value

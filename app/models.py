@@ -111,7 +111,7 @@ class RunCreate(RunConfig):
     """POST /api/runs. ``device`` may be a list: one run per device, same seed, one group."""
 
     device: str | list[str] = "auto"
-    name: str | None = Field(default=None, max_length=200)
+    name: str | None = Field(default=None, min_length=1, max_length=200)
     tags: list[str] = Field(default_factory=list, max_length=50)
 
     @field_validator("device")

@@ -14,7 +14,7 @@ from sqlmodel import col, select
 
 from tinygpt.presets import ARCHS, PRESETS, list_presets
 
-from .deps import SessionDep, SettingsDep
+from .deps import RunId, SessionDep, SettingsDep
 from .errors import AppError
 from .models import BenchmarkCreate, Metric, RunCreate, RunKind, RunPublic, RunStatus
 from .security import has_credentials
@@ -140,7 +140,7 @@ async def upload_from_form(request: Request, session: SessionDep, settings: Sett
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
-def run_page(run_id: int, request: Request, session: SessionDep) -> Response:
+def run_page(run_id: RunId, request: Request, session: SessionDep) -> Response:
     run = svc.get_run(session, run_id=run_id)
     if run.kind == RunKind.benchmark:
         return RedirectResponse(f"/benchmarks/{run_id}", status_code=303)
@@ -213,11 +213,11 @@ async def create_benchmark_from_form(request: Request, session: SessionDep, sett
 
 
 @router.get("/benchmarks/{run_id}", response_class=HTMLResponse)
-def benchmark_page(run_id: int, request: Request, session: SessionDep) -> HTMLResponse:
+def benchmark_page(run_id: RunId, request: Request, session: SessionDep) -> HTMLResponse:
     bench = bench_svc.get_benchmark(session, run_id=run_id)
     return render(request, "benchmark.html", nav="benchmarks", bench=bench, bench_json=bench.model_dump(mode="json"))
 
 
 @router.get("/partials/benchmarks/{run_id}/cells", response_class=HTMLResponse)
-def benchmark_cells_partial(run_id: int, request: Request, session: SessionDep) -> HTMLResponse:
+def benchmark_cells_partial(run_id: RunId, request: Request, session: SessionDep) -> HTMLResponse:
     return render(request, "_benchmark_cells.html", bench=bench_svc.get_benchmark(session, run_id=run_id))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import signal
 import time
 
@@ -121,6 +122,15 @@ def test_sample_streams_tokens_from_the_best_checkpoint(shared):
             assert "event: end" in raw
             texts.append(raw.split("event: end")[1])
         assert texts[0] == texts[1]  # same seed, same text
+        # prompts with control characters, unknown bytes, nothing at all, or more than the context
+        for prompt in ["\x00\x1b[31mred\x07\r\n", "", "🦊 " * 400]:
+            response = c.post(f"/api/runs/{run['id']}/sample", json={**body, "prompt": prompt, "max_tokens": 3})
+            assert response.status_code == 200 and "event: end" in response.text and "event: error" not in response.text
+        lone_surrogate = json.dumps({**body, "prompt": "x"}).replace('"x"', '"\\udcff"')  # valid JSON, not UTF-8
+        response = c.post(f"/api/runs/{run['id']}/sample", content=lone_surrogate,
+                          headers={"Content-Type": "application/json"})
+        assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "prompt"]
+        assert response.json()["detail"][0]["input"] == "\\udcff"
         neighbours = c.get(f"/api/runs/{run['id']}/neighbors", params={"word": " the", "k": 3}).json()
         assert len(neighbours) == 3 and all(-1 <= n["similarity"] <= 1 for n in neighbours)
         bad = c.get(f"/api/runs/{run['id']}/neighbors", params={"word": "Sherlock Holmes said"})

@@ -10,7 +10,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from ..deps import SessionDep, SettingsDep
+from ..deps import RunId, SessionDep, SettingsDep
 from ..models import BenchmarkCreate, BenchmarkPublic
 from ..services import benchmarks as svc
 
@@ -36,5 +36,5 @@ def speed_estimates(session: SessionDep) -> list[dict]:
 
 
 @router.get("/{run_id}", response_model=BenchmarkPublic)
-def get_benchmark(run_id: int, session: SessionDep) -> BenchmarkPublic:
+def get_benchmark(run_id: RunId, session: SessionDep) -> BenchmarkPublic:
     return svc.get_benchmark(session, run_id=run_id)

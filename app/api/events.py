@@ -18,6 +18,7 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from ..db import get_engine
+from ..deps import RunId
 from ..errors import TooManyRequests
 from ..models import FINISHED, Event, EventType
 from ..services.events import RUN_LIST_TYPES, list_events_after, run_events_after
@@ -131,14 +132,14 @@ def open_stream(request: Request, events: AsyncIterator[dict]) -> EventSourceRes
                                background=BackgroundTask(slot.release))
 
 
-def check_run_exists(run_id: int) -> None:
+def check_run_exists(run_id: RunId) -> None:
     with Session(get_engine()) as s:
         get_run(s, run_id=run_id)  # 404 for an unknown run
 
 
 @router.get("/runs/{run_id}/events")
 async def run_events(
-    run_id: int, request: Request, last_event_id: Annotated[str | None, Header()] = None, after: int | None = None,
+    run_id: RunId, request: Request, last_event_id: Annotated[str | None, Header()] = None, after: int | None = None,
 ) -> EventSourceResponse:
     """``status``, ``metric``, ``sample`` and ``log`` events of one run, then ``end`` when it has finished.
 

@@ -13,7 +13,7 @@ from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
 from ..db import get_engine
-from ..deps import SessionDep, SettingsDep
+from ..deps import RunId, SessionDep, SettingsDep
 from ..errors import Invalid
 from ..models import MetricPublic, RunCreate, RunPublic, RunsPage, RunStatus, RunUpdate, SamplePublic
 from ..services import runs as svc
@@ -36,35 +36,36 @@ def list_runs(
     device: Annotated[str | None, Query(max_length=50)] = None,
     tag: Annotated[str | None, Query(max_length=50)] = None,
     group: Annotated[str | None, Query(max_length=50)] = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> RunsPage:
     return svc.list_runs(session, status=status, device=device, tag=tag, group=group, offset=offset, limit=limit)
 
 
 @router.get("/{run_id}", response_model=RunPublic)
-def get_run(run_id: int, session: SessionDep) -> RunPublic:
+def get_run(run_id: RunId, session: SessionDep) -> RunPublic:
     return RunPublic.of(svc.get_run(session, run_id=run_id))
 
 
 @router.patch("/{run_id}", response_model=RunPublic)
-def update_run(run_id: int, body: RunUpdate, session: SessionDep) -> RunPublic:
+def update_run(run_id: RunId, body: RunUpdate, session: SessionDep) -> RunPublic:
     return RunPublic.of(svc.update_run(session, run_id=run_id, body=body))
 
 
 @router.delete("/{run_id}", status_code=204)
-def delete_run(run_id: int, session: SessionDep) -> Response:
+def delete_run(run_id: RunId, session: SessionDep) -> Response:
     svc.delete_run(session, run_id=run_id)
     return Response(status_code=204)
 
 
 @router.post("/{run_id}/cancel", response_model=RunPublic)
-def cancel_run(run_id: int, session: SessionDep) -> RunPublic:
+def cancel_run(run_id: RunId, session: SessionDep) -> RunPublic:
     return RunPublic.of(svc.cancel_run(session, run_id=run_id))
 
 
-@router.get("/{run_id}/metrics", response_model=list[MetricPublic])
-def get_metrics(run_id: int, session: SessionDep, format: Annotated[str, Query(pattern="^(json|csv)$")] = "json"):  # noqa: ANN201
+@router.get("/{run_id}/metrics", response_model=list[MetricPublic],
+            responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}}}})
+def get_metrics(run_id: RunId, session: SessionDep, format: Annotated[str, Query(pattern="^(json|csv)$")] = "json"):  # noqa: ANN201
     metrics = svc.run_metrics(session, run_id=run_id)
     if format == "csv":
         return Response(svc.metrics_csv(metrics), media_type="text/csv",
@@ -73,12 +74,12 @@ def get_metrics(run_id: int, session: SessionDep, format: Annotated[str, Query(p
 
 
 @router.get("/{run_id}/samples", response_model=list[SamplePublic])
-def get_samples(run_id: int, session: SessionDep) -> list[SamplePublic]:
+def get_samples(run_id: RunId, session: SessionDep) -> list[SamplePublic]:
     return [SamplePublic.model_validate(s.model_dump()) for s in svc.run_samples(session, run_id=run_id)]
 
 
 @router.get("/{run_id}/checkpoint")
-def download_checkpoint(run_id: int, session: SessionDep, settings: SettingsDep) -> FileResponse:
+def download_checkpoint(run_id: RunId, session: SessionDep, settings: SettingsDep) -> FileResponse:
     path = svc.checkpoint_file(session, run_id=run_id, settings=settings)
     return FileResponse(path, filename=f"run-{run_id}-best.pt", media_type="application/octet-stream")
 
@@ -90,7 +91,7 @@ def best_checkpoint(run_id: int, settings: Settings) -> Path:
 
 
 @router.post("/{run_id}/sample")
-async def sample(run_id: int, body: SampleRequest, settings: SettingsDep) -> EventSourceResponse:
+async def sample(run_id: RunId, body: SampleRequest, settings: SettingsDep) -> EventSourceResponse:
     """Stream generated text as ``token`` events ({"text": piece}), then one ``end`` event with the whole text."""
     if body.max_tokens > settings.sample_max_tokens:
         raise Invalid(f"max_tokens must be at most {settings.sample_max_tokens}", field="max_tokens")
@@ -112,7 +113,7 @@ async def sample(run_id: int, body: SampleRequest, settings: SettingsDep) -> Eve
 
 @router.get("/{run_id}/neighbors")
 async def get_neighbours(
-    run_id: int, settings: SettingsDep,
+    run_id: RunId, settings: SettingsDep,
     word: Annotated[str, Query(min_length=1, max_length=100)],
     k: Annotated[int, Query(ge=1, le=100)] = 10,
 ) -> list[dict]:

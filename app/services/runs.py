@@ -206,6 +206,8 @@ def compare_runs(session: Session, *, ids: list[int]) -> dict:
     """Aligned metrics, final/best values, tok/s ratios and the largest gap between loss curves."""
     if len(ids) < 2:
         raise Invalid("give at least two run ids to compare", field="ids")
+    if not all(1 <= i < 2**63 for i in ids):
+        raise Invalid("run ids must be positive 64-bit integers", field="ids")
     runs = [get_run(session, run_id=i) for i in ids]
     series = {r.id: run_metrics(session, run_id=r.id) for r in runs}
     summaries = []
