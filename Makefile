@@ -41,8 +41,10 @@ postgresql:
 test: lint chromium postgresql
 	$(PY) -m pytest -q
 
-test-slow: install postgresql
-	$(PY) -m pytest -q -m slow
+# The slow tests: faults (kills, full disk, ...), API fuzzing, load, scale-out, long trainings
+# (about 25 minutes on 2 cores); CI runs them after `make test`.
+test-slow: install chromium postgresql
+	$(PY) -m pytest -q -m "slow and not gpu"
 
 # Scale-out: 4 workers against 50 queued runs on PostgreSQL (about 6 minutes); CI runs it after `make test`.
 test-scale: install postgresql

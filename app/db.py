@@ -17,6 +17,12 @@ from sqlmodel import Session, create_engine
 
 from .settings import Settings, get_settings
 
+# Connections the pool may hand out at once: more than the request thread pool has threads
+# (anyio's default: 40). Fewer, and under load every thread can end up waiting for a connection
+# while the requests holding one wait for a thread to close their session: the app stalls until
+# the pool's 30-second timeout (found by benchmarks/bench_load.py at 100 requests/s).
+POOL_SIZE, POOL_OVERFLOW = 10, 50
+
 
 @lru_cache
 def engine_for(url: str) -> Engine:
@@ -24,7 +30,8 @@ def engine_for(url: str) -> Engine:
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30},
+                               pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001
@@ -36,7 +43,7 @@ def engine_for(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    return create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
 
 
 def get_engine(settings: Settings | None = None) -> Engine:

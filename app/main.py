@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,6 +14,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+from tinygpt.presets import list_presets
 
 from . import login, pages
 from .api import benchmarks, catalog, events, runs
@@ -38,6 +41,10 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
         app.state.settings = settings
         app.state.hub = EventHub(settings)
         app.state.hub.start()
+        # The first preset listing imports torch and builds each model on the meta device (~3 s);
+        # do it now, beside start-up, rather than in the first request (under load, a 3-second
+        # stall there queues more requests than the app can then catch up with).
+        threading.Thread(target=list_presets, name="warm-presets", daemon=True).start()
         yield
         await app.state.hub.stop()
 

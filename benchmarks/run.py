@@ -3,7 +3,7 @@
 Every figure is a ratio of two things measured side by side in this one run, on
 this machine; absolute numbers are printed for context only.
 
-    python -m benchmarks.run [--only tokenizer,train,sample,service,dashboard] [--out BENCHMARKS.md]
+    python -m benchmarks.run [--only tokenizer,train,sample,service,dashboard,load] [--out BENCHMARKS.md]
 
 Results are also kept in benchmarks/results.json; a run with --only replaces those suites'
 results and keeps the others (each suite's ratios are measured within its own run).
@@ -16,7 +16,7 @@ import datetime
 import json
 from pathlib import Path
 
-from . import bench_dashboard, bench_sample, bench_service, bench_tokenizer, bench_train
+from . import bench_dashboard, bench_load, bench_sample, bench_service, bench_tokenizer, bench_train
 from .common import ROOT, machine
 
 RESULTS = ROOT / "benchmarks" / "results.json"
@@ -27,6 +27,7 @@ SUITES = {
     "sample": bench_sample.run,
     "service": bench_service.run,
     "dashboard": bench_dashboard.run,
+    "load": bench_load.run,
 }
 
 
@@ -152,6 +153,30 @@ def render(results: dict, machine_line: str) -> str:
             f" {api['healthz_p99_ms']:.0f} |",
             "",
             f"The run list serves at **{api['list_vs_healthz']:.2f}** of the health check's rate.",
+            "",
+        ]
+    if "load" in results:
+        load = results["load"]
+        st = load["streams"]
+        lines += [
+            "## Load while a run trains (`benchmarks/bench_load.py`, `tests/test_load.py`)",
+            "",
+            "A tiny run trains on the first CPU (one thread); the app and this benchmark's client share the",
+            "other. The client offers a fixed rate of GETs across the read API (a run, its metrics and samples,",
+            "the run list, presets, datasets) for 60 s; latency counts from when each request was due.",
+            "",
+            "| offered requests/s | achieved | p50 ms | p99 ms | max ms | errors |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in load["api"].values():
+            lines.append(f"| {r['rate']:g} | {r['achieved_per_sec']:.0f} | {r['p50_ms']:,.0f} | {r['p99_ms']:,.0f} |"
+                         f" {r['max_ms']:,.0f} | {r['errors']} |")
+        lines += [
+            "",
+            f"Then {st['clients']} clients followed the run's event stream for {st['seconds']:g} s at once: each got"
+            f" {st['events_median']:g} events (history, then live); clients with a dropped event:"
+            f" **{st['clients_with_dropped']}**, with a duplicate: **{st['clients_with_duplicates']}**, out of order:"
+            f" **{st['clients_out_of_order']}**.",
             "",
         ]
     if GPU_RESULTS.exists():

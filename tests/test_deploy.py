@@ -53,6 +53,13 @@ def test_app_publishes_port_8000_on_localhost_and_commands_are_the_projects():
         parses_as_tinygpt(SERVICES[service]["command"])
 
 
+def test_app_in_its_container_requires_an_api_token():
+    """It binds 0.0.0.0 inside the container: compose refuses to start it without a token."""
+    assert SERVICES["app"]["environment"]["TINYGPT_API_TOKEN"].startswith("${TINYGPT_API_TOKEN:?")
+    assert "TINYGPT_API_TOKEN" not in SERVICES["worker"]["environment"]  # workers never serve HTTP
+    assert "export TINYGPT_API_TOKEN=" in README
+
+
 def test_gpu_profile_worker_reserves_nvidia_devices_from_the_cuda_image():
     gpu = SERVICES["worker-gpu"]
     assert gpu["profiles"] == ["gpu"]

@@ -400,7 +400,7 @@ def test_worker_sigterm_requeues_and_next_worker_resumes(tmp_path, slice_path, w
             assert stopped["status"] == "queued", worker.output()
             step = stopped["last_step"]
             worker = Worker(home, "w2")
-            read_events(f"{app.url}/api/runs/{run['id']}/events", timeout=240)
+            read_events(f"{app.url}/api/runs/{run['id']}/events", timeout=480)
             final = c.get(f"/api/runs/{run['id']}").json()
             assert final["status"] == "succeeded" and final["attempt"] == 2
             log = [e["data"]["message"] for e in read_events(f"{app.url}/api/runs/{run['id']}/events")
