@@ -144,7 +144,8 @@ class Worker:
 
 
 def run_worker(devices: list[str] | None = None, name: str | None = None) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s worker: %(levelname)s %(message)s")
+    # force: the `tinygpt` command has already set up logging at WARNING for the library commands
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s worker: %(levelname)s %(message)s", force=True)
     worker = Worker(get_settings(), devices or default_devices(), name)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: worker.stopping.set())
