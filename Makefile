@@ -42,7 +42,7 @@ test: lint chromium postgresql
 	$(PY) -m pytest -q
 
 # The slow tests: faults (kills, full disk, ...), API fuzzing, load, scale-out, long trainings
-# (about 25 minutes on 2 cores); CI runs them after `make test`.
+# (about 30 minutes on 2 cores); CI runs them after `make test`.
 test-slow: install chromium postgresql
 	$(PY) -m pytest -q -m "slow and not gpu"
 
