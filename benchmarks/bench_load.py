@@ -82,26 +82,36 @@ async def open_loop(url: str, paths: list[str], rate: float, seconds: float) -> 
     }
 
 
-async def follow(client: aiohttp.ClientSession, url: str, seconds: float, ids: list[int]) -> None:
-    """One client on the stream for ``seconds`` (or until the run ends): every event id it got."""
-    async with client.get(url) as response:
-        response.raise_for_status()
-        deadline = time.monotonic() + seconds
-        async for raw in response.content:
-            line = raw.decode().rstrip("\r\n")
-            if line.startswith("id:"):
-                ids.append(int(line[3:].strip()))
-            elif line.startswith("event: end") or time.monotonic() > deadline:
-                return
+async def follow(client: aiohttp.ClientSession, url: str, seconds: float, ids: list[int], cuts: list[int]) -> None:
+    """One client on the stream for ``seconds`` (or until the run ends): every event id it got.
+
+    Like a browser's EventSource, a client whose connection is cut reconnects with
+    Last-Event-ID (each cut is counted in ``cuts``)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        headers = {"Last-Event-ID": str(ids[-1])} if ids else {}
+        try:
+            async with client.get(url, headers=headers) as response:
+                response.raise_for_status()
+                async for raw in response.content:
+                    line = raw.decode().rstrip("\r\n")
+                    if line.startswith("id:"):
+                        ids.append(int(line[3:].strip()))
+                    elif line.startswith("event: end") or time.monotonic() > deadline:
+                        return
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError):
+            cuts.append(1)
 
 
-async def many_streams(url: str, clients: int, seconds: float) -> list[list[int]]:
-    """``clients`` connections following one stream at once, each its own TCP connection."""
+async def many_streams(url: str, clients: int, seconds: float) -> tuple[list[list[int]], int]:
+    """``clients`` connections following one stream at once: the ids each got, and how many
+    times a connection was cut (and resumed with Last-Event-ID)."""
     received: list[list[int]] = [[] for _ in range(clients)]
+    cuts: list[int] = []
     timeout = aiohttp.ClientTimeout(total=seconds + 60, sock_connect=10)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as client:
-        await asyncio.gather(*(follow(client, url, seconds, received[i]) for i in range(clients)))
-    return received
+        await asyncio.gather(*(follow(client, url, seconds, received[i], cuts) for i in range(clients)))
+    return received, len(cuts)
 
 
 def stream_check(received: list[list[int]], expected: list[int]) -> dict:
@@ -164,12 +174,12 @@ def run(rates: tuple[float, ...] = (200, 100), seconds: float = 60, streams: int
             log(f"read API: {rate:g} requests/s for {seconds:g} s")
             api[f"{rate:g}"] = {"rate": rate, **asyncio.run(open_loop(app.url, read_paths(run_id), rate, seconds))}
         log(f"{streams} event streams for {seconds:g} s")
-        received = asyncio.run(many_streams(f"{app.url}/api/runs/{run_id}/events", streams, seconds))
+        received, cuts = asyncio.run(many_streams(f"{app.url}/api/runs/{run_id}/events", streams, seconds))
         log("checking the streams")
         with app.client() as c:
             last_step = c.get(f"/api/runs/{run_id}").json()["last_step"]
         expected = all_event_ids(app, run_id, until=max(max(ids) for ids in received))
-        return {"api": api, "streams": {"seconds": seconds, **stream_check(received, expected)},
+        return {"api": api, "streams": {"seconds": seconds, "reconnects": cuts, **stream_check(received, expected)},
                 "run_last_step": last_step}
 
 

@@ -176,7 +176,8 @@ def render(results: dict, machine_line: str) -> str:
             f"Then {st['clients']} clients followed the run's event stream for {st['seconds']:g} s at once: each got"
             f" {st['events_median']:g} events (history, then live); clients with a dropped event:"
             f" **{st['clients_with_dropped']}**, with a duplicate: **{st['clients_with_duplicates']}**, out of order:"
-            f" **{st['clients_out_of_order']}**.",
+            f" **{st['clients_out_of_order']}**"
+            + (f"; connections cut and resumed with Last-Event-ID: {st['reconnects']}." if "reconnects" in st else "."),
             "",
         ]
     if GPU_RESULTS.exists():
