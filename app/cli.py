@@ -67,6 +67,9 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.name:
         worker_cmd += ["--name", args.name]
     worker = subprocess.Popen(worker_cmd, env=os.environ.copy(), start_new_session=True)
+    # uvicorn re-raises the SIGTERM it caught once it has shut down; with the default action that
+    # would end this process before `finally` stops the worker (left running, found by hand)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         return run_app(args)
     finally:
