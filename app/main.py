@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import threading
 from collections.abc import AsyncIterator
@@ -41,10 +42,7 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
         app.state.settings = settings
         app.state.hub = EventHub(settings)
         app.state.hub.start()
-        # The first preset listing imports torch and builds each model on the meta device (~3 s);
-        # do it now, beside start-up, rather than in the first request (under load, a 3-second
-        # stall there queues more requests than the app can then catch up with).
-        threading.Thread(target=list_presets, name="warm-presets", daemon=True).start()
+        threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
         yield
         await app.state.hub.stop()
 
@@ -81,6 +79,20 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
     app.include_router(login.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).resolve().parent.parent / "static"), name="static")
     return app
+
+
+def warm_up() -> None:
+    """Done beside start-up, not in the first requests.
+
+    The first preset listing imports torch and builds each model on the meta device (~3 s); under
+    load, a 3-second stall queues more requests than the app can then catch up with. Then every
+    object alive (torch's ~400,000 among them) is frozen out of the garbage collector: a full
+    collection had to walk them all, stalling every request for ~0.4 s now and then (the spikes of
+    benchmarks/bench_load.py's p99).
+    """
+    list_presets()
+    gc.collect()
+    gc.freeze()
 
 
 def json_safe(value: object) -> object:

@@ -8,8 +8,9 @@
   each client's event ids are compared with the run's events in the database: dropped,
   duplicated and out-of-order events are counted.
 
-The training job is pinned to the first CPU, the app and this client to the rest (as on a
-machine with a core to spare). Used by `tests/test_load.py` (slow) and `python -m benchmarks.run`.
+The training job and this client are pinned to the first CPU, the app to the rest: the app has a
+core of its own, as on a machine with a core to spare, and the load it serves comes from
+elsewhere (a client on the app's own core would take a fifth of it at 200 requests/s). Used by `tests/test_load.py` (slow) and `python -m benchmarks.run`.
 
     python -m benchmarks.bench_load [--rates 200,100] [--seconds 60] [--streams 200]
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import statistics
@@ -45,8 +47,26 @@ def read_paths(run_id: int) -> list[str]:
             "/api/runs?limit=20", "/api/presets", "/api/datasets"]
 
 
+@contextmanager
+def gc_frozen() -> Iterator[None]:
+    """Keep the objects alive now (torch's ~200,000 in this process) out of the garbage collector
+    while measuring: a full collection walks them all, and its ~0.4 s pause in this client showed
+    up as a stall of the app in the p99 (the app freezes its own the same way, in app.main)."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 async def open_loop(url: str, paths: list[str], rate: float, seconds: float) -> dict:
     """Send ``rate`` requests a second for ``seconds``, whatever the answers' pace."""
+    with gc_frozen():
+        return await offer(url, paths, rate, seconds)
+
+
+async def offer(url: str, paths: list[str], rate: float, seconds: float) -> dict:
     latencies: list[float] = []
     errors: list[str] = []
     total = int(rate * seconds)
@@ -109,8 +129,9 @@ async def many_streams(url: str, clients: int, seconds: float) -> tuple[list[lis
     received: list[list[int]] = [[] for _ in range(clients)]
     cuts: list[int] = []
     timeout = aiohttp.ClientTimeout(total=seconds + 60, sock_connect=10)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as client:
-        await asyncio.gather(*(follow(client, url, seconds, received[i], cuts) for i in range(clients)))
+    with gc_frozen():
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as client:
+            await asyncio.gather(*(follow(client, url, seconds, received[i], cuts) for i in range(clients)))
     return received, len(cuts)
 
 
@@ -132,7 +153,8 @@ def stream_check(received: list[list[int]], expected: list[int]) -> dict:
 
 @contextmanager
 def training_site(streams_allowed: int) -> Iterator[tuple[AppServer, int]]:
-    """A fresh home with an app, a worker pinned to the first CPU and a long tiny run training."""
+    """A fresh home with an app, a worker pinned to the first CPU (with this client) and a long
+    tiny run training."""
     cpus = sorted(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory() as tmp:
         home = Home(Path(tmp) / "home", holmes_path(), {"TINYGPT_MAX_STREAMS_PER_CLIENT": str(streams_allowed)})
@@ -142,7 +164,7 @@ def training_site(streams_allowed: int) -> Iterator[tuple[AppServer, int]]:
         if len(cpus) >= 2:
             os.sched_setaffinity(worker.popen.pid, cpus[:1])
             os.sched_setaffinity(app.popen.pid, cpus[1:])
-            os.sched_setaffinity(0, cpus[1:])
+            os.sched_setaffinity(0, cpus[:1])
         try:
             with app.client() as c:
                 for i in range(4):  # a run list with finished runs in it

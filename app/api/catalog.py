@@ -1,4 +1,4 @@
-"""Presets, devices, datasets, comparisons and the health check."""
+"""Presets, devices, datasets, comparisons and the health check (reads ``async def``: see app.api.runs)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ health_router = APIRouter(tags=["health"])
 
 
 @router.get("/presets")
-def presets() -> list[dict]:
+async def presets() -> list[dict]:
     """Every preset with its sizes and parameter count per architecture."""
     return list_presets()
 
@@ -32,7 +32,7 @@ def devices() -> list[dict]:
 
 
 @router.get("/datasets")
-def datasets(session: SessionDep, settings: SettingsDep) -> list[dict]:
+async def datasets(session: SessionDep, settings: SettingsDep) -> list[dict]:
     return ds_svc.list_datasets(session, settings=settings)
 
 
@@ -55,6 +55,6 @@ def compare(session: SessionDep, ids: Annotated[str, Query(max_length=500, descr
 
 
 @health_router.get("/healthz")
-def healthz(session: SessionDep) -> dict:
+async def healthz(session: SessionDep) -> dict:
     session.exec(text("SELECT 1"))
     return {"status": "ok"}

@@ -59,29 +59,30 @@ async def stream(
     hub = request.app.state.hub
     settings = request.app.state.settings
     cursor = last_id
-    while True:
-        seen = hub.latest
-        events = hub.events_after(cursor, keep)
-        if events is None:
-            events = await run_in_threadpool(fetch, cursor)
-            full_page = len(events) >= DB_PAGE
-        else:
-            full_page = False
-        finished = False
-        for event in events:
-            yield as_sse(event)
-            finished = event.type == EventType.status and event.data.get("status") in FINISHED
-        if full_page:  # more waiting in the database: read on from the last one sent
-            cursor = events[-1].id
-        else:  # every matching event up to `seen` has been sent
-            cursor = max(cursor, seen, events[-1].id if events else 0)
-        if ends and finished:
-            yield {"event": "end", "data": json.dumps({"last_event_id": events[-1].id})}
-            return
-        if await request.is_disconnected():
-            return
-        if not full_page:
-            await hub.wait_past(seen, settings.keepalive_sec)
+    async with hub.listening():
+        while True:
+            seen = hub.latest
+            events = hub.events_after(cursor, keep)
+            if events is None:
+                events = await run_in_threadpool(fetch, cursor)
+                full_page = len(events) >= DB_PAGE
+            else:
+                full_page = False
+            finished = False
+            for event in events:
+                yield as_sse(event)
+                finished = event.type == EventType.status and event.data.get("status") in FINISHED
+            if full_page:  # more waiting in the database: read on from the last one sent
+                cursor = events[-1].id
+            else:  # every matching event up to `seen` has been sent
+                cursor = max(cursor, seen, events[-1].id if events else 0)
+            if ends and finished:
+                yield {"event": "end", "data": json.dumps({"last_event_id": events[-1].id})}
+                return
+            if await request.is_disconnected():
+                return
+            if not full_page:
+                await hub.wait_past(seen, settings.keepalive_sec)
 
 
 class StreamCounter:

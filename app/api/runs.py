@@ -1,4 +1,10 @@
-"""REST routes for runs: thin wrappers over app.services.runs."""
+"""REST routes for runs: thin wrappers over app.services.runs.
+
+Reads are ``async def``: short indexed queries that SQLite answers without waiting (WAL: readers
+never wait for the worker's writes), run on the event loop; a thread-pool hop cost more app CPU
+than the query (0.8 ms a request, measured by benchmarks/bench_load.py). Writes stay ``def``, in
+the thread pool: they may wait for SQLite's write lock, which must not stall the event loop.
+"""
 
 from __future__ import annotations
 
@@ -30,7 +36,7 @@ def create_runs(body: RunCreate, session: SessionDep, settings: SettingsDep) -> 
 
 
 @router.get("", response_model=RunsPage)
-def list_runs(
+async def list_runs(
     session: SessionDep,
     status: RunStatus | None = None,
     device: Annotated[str | None, Query(max_length=50)] = None,
@@ -43,7 +49,7 @@ def list_runs(
 
 
 @router.get("/{run_id}", response_model=RunPublic)
-def get_run(run_id: RunId, session: SessionDep) -> RunPublic:
+async def get_run(run_id: RunId, session: SessionDep) -> RunPublic:
     return RunPublic.of(svc.get_run(session, run_id=run_id))
 
 
@@ -65,17 +71,17 @@ def cancel_run(run_id: RunId, session: SessionDep) -> RunPublic:
 
 @router.get("/{run_id}/metrics", response_model=list[MetricPublic],
             responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}}}})
-def get_metrics(run_id: RunId, session: SessionDep, format: Annotated[str, Query(pattern="^(json|csv)$")] = "json"):  # noqa: ANN201
+async def get_metrics(run_id: RunId, session: SessionDep, format: Annotated[str, Query(pattern="^(json|csv)$")] = "json"):  # noqa: ANN201
     metrics = svc.run_metrics(session, run_id=run_id)
     if format == "csv":
         return Response(svc.metrics_csv(metrics), media_type="text/csv",
                         headers={"Content-Disposition": f'attachment; filename="run-{run_id}-metrics.csv"'})
-    return [MetricPublic.model_validate(m.model_dump()) for m in metrics]
+    return metrics
 
 
 @router.get("/{run_id}/samples", response_model=list[SamplePublic])
-def get_samples(run_id: RunId, session: SessionDep) -> list[SamplePublic]:
-    return [SamplePublic.model_validate(s.model_dump()) for s in svc.run_samples(session, run_id=run_id)]
+async def get_samples(run_id: RunId, session: SessionDep) -> list[SamplePublic]:
+    return svc.run_samples(session, run_id=run_id)
 
 
 @router.get("/{run_id}/checkpoint")

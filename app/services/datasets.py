@@ -74,8 +74,11 @@ def record_tokenizer(session: Session, *, name: str, vocab_size: int, fingerprin
         session.add(ds)
 
 
+ALL_DATASETS = select(Dataset).order_by(col(Dataset.builtin).desc(), Dataset.name)  # built once (see services.runs)
+
+
 def list_datasets(session: Session, *, settings: Settings) -> list[dict]:
-    rows = session.exec(select(Dataset).order_by(col(Dataset.builtin).desc(), Dataset.name)).all()
+    rows = session.exec(ALL_DATASETS).all()
     return [{**r.model_dump(mode="json", exclude={"id", "path"}), "available": Path(r.path).exists()} for r in rows]
 
 

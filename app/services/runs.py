@@ -9,8 +9,8 @@ import uuid
 from functools import lru_cache
 from pathlib import Path
 
+from sqlalchemy import Select, bindparam, func
 from sqlalchemy import delete as sa_delete
-from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from tinygpt.device import available_devices
@@ -29,6 +29,7 @@ from ..models import (
     RunStatus,
     RunUpdate,
     Sample,
+    SamplePublic,
     utcnow,
 )
 from ..settings import Settings
@@ -36,6 +37,14 @@ from .datasets import check_dataset_exists
 from .events import record_event
 
 METRIC_FIELDS = list(MetricPublic.model_fields)
+SAMPLE_FIELDS = list(SamplePublic.model_fields)
+
+# The read API's statements are built once and run with parameters: building a statement costs the
+# app more than SQLite takes to run it (0.6 ms against 0.3 ms for a run's metrics, measured).
+METRICS_OF_RUN = (select(*(col(getattr(Metric, f)) for f in METRIC_FIELDS))
+                  .where(Metric.run_id == bindparam("run_id")).order_by(col(Metric.step), col(Metric.id)))
+SAMPLES_OF_RUN = (select(*(col(getattr(Sample, f)) for f in SAMPLE_FIELDS))
+                  .where(Sample.run_id == bindparam("run_id")).order_by(col(Sample.step), col(Sample.id)))
 
 
 @lru_cache
@@ -116,21 +125,39 @@ def list_runs(
     offset: int = 0,
     limit: int = 50,
 ) -> RunsPage:
-    stmt = select(Run)
-    if status:
-        stmt = stmt.where(Run.status == status)
-    if device:
-        stmt = stmt.where((Run.device == device) | (Run.requested_device == device))
-    if group:
-        stmt = stmt.where(Run.group_id == group)
-    stmt = stmt.order_by(col(Run.id).desc())
     if tag:  # tags are a JSON list: filtered here, portable across SQLite and PostgreSQL
-        runs = [r for r in session.exec(stmt) if tag in (r.tags or [])]
+        runs = [r for r in session.exec(runs_query(status=bool(status), device=bool(device), group=bool(group)),
+                                        params={"status": status, "device": device, "group": group}) if tag in (r.tags or [])]
         total, page = len(runs), runs[offset : offset + limit]
     else:  # one page from the database, and a count
-        total = session.exec(select(func.count()).select_from(stmt.order_by(None).subquery())).one()
-        page = list(session.exec(stmt.offset(offset).limit(limit)))
+        params = {"status": status, "device": device, "group": group, "offset": offset, "limit": limit}
+        stmt = runs_query(status=bool(status), device=bool(device), group=bool(group))
+        total = session.exec(runs_count(stmt), params=params).one()
+        page = list(session.exec(runs_page(stmt), params=params))
     return RunsPage(items=[RunPublic.of(r) for r in page], total=total, offset=offset, limit=limit)
+
+
+@lru_cache
+def runs_query(*, status: bool, device: bool, group: bool) -> Select:
+    """Runs, newest first, with the filters asked for as parameters (``status``, ``device``, ``group``)."""
+    stmt = select(Run)
+    if status:
+        stmt = stmt.where(Run.status == bindparam("status"))
+    if device:
+        stmt = stmt.where((Run.device == bindparam("device")) | (Run.requested_device == bindparam("device")))
+    if group:
+        stmt = stmt.where(Run.group_id == bindparam("group"))
+    return stmt.order_by(col(Run.id).desc())
+
+
+@lru_cache
+def runs_count(stmt: Select) -> Select:
+    return select(func.count()).select_from(stmt.order_by(None).subquery())
+
+
+@lru_cache
+def runs_page(stmt: Select) -> Select:
+    return stmt.offset(bindparam("offset")).limit(bindparam("limit"))
 
 
 def update_run(session: Session, *, run_id: int, body: RunUpdate) -> Run:
@@ -169,25 +196,29 @@ def cancel_run(session: Session, *, run_id: int) -> Run:
     return run
 
 
-def run_metrics(session: Session, *, run_id: int) -> list[Metric]:
-    get_run(session, run_id=run_id)
-    return list(session.exec(select(Metric).where(Metric.run_id == run_id).order_by(col(Metric.step), col(Metric.id))))
+def run_metrics(session: Session, *, run_id: int) -> list[MetricPublic]:
+    rows = [MetricPublic.model_validate(r._mapping) for r in session.exec(METRICS_OF_RUN, params={"run_id": run_id})]
+    if not rows:
+        get_run(session, run_id=run_id)  # 404 for an unknown run
+    return rows
 
 
-def metrics_csv(metrics: list[Metric]) -> str:
+def metrics_csv(metrics: list[MetricPublic]) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=METRIC_FIELDS, lineterminator="\n")
     writer.writeheader()
     for m in metrics:
-        row = m.model_dump(include=set(METRIC_FIELDS))
+        row = m.model_dump()
         row["val_loss"] = "" if m.val_loss is None else m.val_loss
         writer.writerow(row)
     return buf.getvalue()
 
 
-def run_samples(session: Session, *, run_id: int) -> list[Sample]:
-    get_run(session, run_id=run_id)
-    return list(session.exec(select(Sample).where(Sample.run_id == run_id).order_by(col(Sample.step), col(Sample.id))))
+def run_samples(session: Session, *, run_id: int) -> list[SamplePublic]:
+    rows = [SamplePublic.model_validate(r._mapping) for r in session.exec(SAMPLES_OF_RUN, params={"run_id": run_id})]
+    if not rows:
+        get_run(session, run_id=run_id)  # 404 for an unknown run
+    return rows
 
 
 def checkpoint_file(session: Session, *, run_id: int, settings: Settings) -> Path:
