@@ -35,6 +35,9 @@ window.TG = (() => {
     return [...out].sort((a, b) => a - b);
   }
 
+  // Tick labels for small numbers such as learning rates: 5e-4, not a rounded "0.001" twice.
+  const scientific = (u, splits) => splits.map((v) => (v === 0 ? "0" : v.toExponential(Math.abs(v) >= 1e-2 ? 2 : 1).replace(/\.0+e/, "e")));
+
   const palette = ["#0b6bcb", "#d4380d", "#389e0d", "#9254de", "#d48806", "#08979c", "#c41d7f", "#595959"];
   const textColor = () => getComputedStyle(document.body).color;
 
@@ -45,7 +48,7 @@ window.TG = (() => {
     const config = {
       width, height,
       scales: { x: { time: false }, y: { distr: opts && opts.log ? 3 : 1 }, ...(opts && opts.scales) },
-      axes: [{ ...axis, label: opts && opts.xLabel, ...(opts && opts.xSplits ? { splits: opts.xSplits } : {}) }, { ...axis, label: opts && opts.yLabel }, ...((opts && opts.extraAxes) || []).map((a) => ({ ...axis, ...a }))],
+      axes: [{ ...axis, label: opts && opts.xLabel, ...(opts && opts.xSplits ? { splits: opts.xSplits } : {}) }, { ...axis, label: opts && opts.yLabel, ...(opts && opts.yValues ? { values: opts.yValues } : {}) }, ...((opts && opts.extraAxes) || []).map((a) => ({ ...axis, ...a }))],
       series: [{ label: (opts && opts.xLabel) || "x" }, ...series],
       cursor: { drag: { x: true, y: false } },
     };
@@ -65,5 +68,5 @@ window.TG = (() => {
     };
   }
 
-  return { readJSON, smooth, downsampleIndices, chart, palette, throttle };
+  return { readJSON, smooth, downsampleIndices, chart, palette, throttle, scientific };
 })();

@@ -24,7 +24,7 @@ function setupRunPage() {
     ], { xLabel, yLabel: "loss", log, scales: { gap: {} }, extraAxes: [{ scale: "gap", side: 1, label: "gap" }] });
     charts.tps = TG.chart($("tps-chart"), [{ label: "tok/s", stroke: TG.palette[3] }], { xLabel });
     charts.mem = TG.chart($("mem-chart"), [{ label: "MiB", stroke: TG.palette[5] }], { xLabel });
-    charts.lr = TG.chart($("lr-chart"), [{ label: "lr", stroke: TG.palette[6] }], { xLabel });
+    charts.lr = TG.chart($("lr-chart"), [{ label: "lr", stroke: TG.palette[6] }], { xLabel, yValues: TG.scientific });
     draw();
   }
 
