@@ -29,7 +29,7 @@ run: install
 	$(VENV)/bin/tinygpt serve
 
 lint: install
-	$(VENV)/bin/ruff check tinygpt app worker tests benchmarks
+	$(VENV)/bin/ruff check tinygpt app worker tests benchmarks scripts
 
 chromium:
 	scripts/install-chromium.sh
