@@ -117,3 +117,16 @@ def database(request: pytest.FixtureRequest) -> dict:
 def database_faults(request: pytest.FixtureRequest) -> dict:
     """As ``database``, for the long fault tests: their PostgreSQL runs go with `make test-scale` (CI runs it)."""
     return database_env(request)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport:
+    """When a test on the shared service fails, show the end of its app's and worker's logs (and so
+    of the jobs', which log to the worker's output): CI keeps nothing else of them."""
+    report = yield
+    shared = getattr(item, "funcargs", {}).get("shared")
+    if report.failed and call.when == "call" and shared is not None:
+        for log in sorted(shared[0].path.glob("*.log")):
+            lines = log.read_text(errors="replace").splitlines()[-40:]
+            report.sections.append((f"{log.name} (last {len(lines)} lines)", "\n".join(lines)))
+    return report

@@ -352,6 +352,7 @@ def test_a_training_run_is_not_a_benchmark(shared):
 
 
 # -- faults: the worker killed, stopped; two workers -------------------------------------------
+@pytest.mark.slow  # 75 s: `make test-slow` (CI runs it); the SIGTERM test below covers resuming in the default suite
 def test_worker_sigkill_mid_run_then_restart_resumes(tmp_path, slice_path, warm_cache, database_faults):
     home = make_home(tmp_path, slice_path, warm_cache, **database_faults)
     app = AppServer(home)
@@ -470,6 +471,7 @@ def test_four_workers_run_fifty_queued_runs_exactly_once(tmp_path, slice_path, w
         app.stop()
 
 
+@pytest.mark.slow  # 60 s; tests/test_distributed.py checks the two-rank curve in the default suite
 def test_a_two_process_run_reports_each_metric_once_and_matches_one_process(tmp_path, slice_path, warm_cache):
     """gpus=2 on the CPU: the worker launches torchrun with two gloo ranks; rank 0 alone reports."""
     home = make_home(tmp_path, slice_path, warm_cache)

@@ -2,8 +2,9 @@
 
 Runs the ``tinygpt`` training loop for a claimed run (or, for a benchmark run, the
 ``tinygpt.bench`` sweep) and writes what happens to the database as it happens (metrics,
-samples, checkpoints, benchmark cells, status), through the library's callbacks. A watcher thread writes the heartbeat, notices a cancel request (and
-interrupts the step at once) and exits if the worker that started it is gone.
+samples, checkpoints, benchmark cells, status), through the library's callbacks. A watcher
+thread writes the heartbeat, notices a cancel request (and interrupts the step at once, but
+never a database write: see ``worker.cancel``) and exits if the worker that started it is gone.
 
 SIGTERM (sent by a worker that is shutting down) stops the job after the current
 step with ``last.pt`` saved, and puts the run back in the queue to resume.
@@ -11,7 +12,6 @@ step with ``last.pt`` saved, and puts the run back in the queue to resume.
 
 from __future__ import annotations
 
-import _thread
 import ctypes
 import faulthandler
 import logging
@@ -21,10 +21,12 @@ import signal
 import sys
 import threading
 import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import delete
-from sqlmodel import col
+from sqlmodel import Session, col
 
 from app.db import init_db, session_scope
 from app.models import EventType, Metric, Run, RunKind, RunStatus, Sample, utcnow
@@ -41,9 +43,18 @@ from tinygpt.gutenberg import download_holmes
 from tinygpt.train import Callbacks, StepMetrics, TrainConfig, Trainer
 from tinygpt.train import Sample as TrainSample
 
+from .cancel import JobCancelled, cancel_interrupt
+
 log = logging.getLogger("worker.job")
 
 EXIT_OK = 0
+
+
+@contextmanager
+def job_session(settings: Settings | None = None) -> Iterator[Session]:
+    """A database session in the job's main thread: a cancel never interrupts it half-way."""
+    with cancel_interrupt.shielded(), session_scope(settings) as session:
+        yield session
 
 
 class JobCallbacks(Callbacks):
@@ -58,7 +69,7 @@ class JobCallbacks(Callbacks):
         self.last_eval: StepMetrics | None = None
 
     def on_start(self, info: dict) -> None:
-        with session_scope(self.settings) as s:
+        with job_session(self.settings) as s:
             start = info["start_step"]
             # A resumed attempt continues from its checkpoint: rows logged after it are replaced.
             s.exec(delete(Metric).where(col(Metric.run_id) == self.run_id, col(Metric.step) > start))
@@ -75,7 +86,7 @@ class JobCallbacks(Callbacks):
                                           f"{info['precision']}, {info['params']:,} parameters"})
 
     def on_step(self, m: StepMetrics) -> None:
-        with session_scope(self.settings) as s:
+        with job_session(self.settings) as s:
             s.add(Metric(run_id=self.run_id, **vars(m)))
             run = s.get(Run, self.run_id)
             run.last_step = m.step
@@ -86,14 +97,14 @@ class JobCallbacks(Callbacks):
         self.last_eval = m
 
     def on_sample(self, sample: TrainSample) -> None:
-        with session_scope(self.settings) as s:
+        with job_session(self.settings) as s:
             s.add(Sample(run_id=self.run_id, step=sample.step, prompt=sample.prompt, text=sample.text))
             record_event(s, run_id=self.run_id, type=EventType.sample, data=vars(sample))
 
     def on_checkpoint(self, path: Path, kind: str) -> None:
         if kind != "best" or self.last_eval is None:
             return
-        with session_scope(self.settings) as s:
+        with job_session(self.settings) as s:
             run = s.get(Run, self.run_id)
             run.checkpoint_path = str(path)
             run.best_val_loss = self.last_eval.val_loss
@@ -107,10 +118,10 @@ class JobCallbacks(Callbacks):
 
 
 def watch(run_id: int, attempt: int, settings: Settings, parent: int, cancelled: threading.Event,
-          done: threading.Event, interrupt: bool = True) -> None:
-    """Heartbeat; on cancel, interrupt the main thread (or, with ``interrupt=False``, leave the
-    ``cancelled`` flag for the training loop to see between steps: a distributed run, whose ranks
-    must stop together); exit if the worker died or the run moved on."""
+          done: threading.Event, interrupt: Callable[[], None] | None = None) -> None:
+    """Heartbeat; on cancel, set ``cancelled`` and call ``interrupt`` (without one, the training loop
+    sees the flag between steps: a distributed run, whose ranks must stop together); exit if the
+    worker died or the run moved on. Runs in its own thread: its sessions are not shielded."""
     interval = min(0.5, settings.heartbeat_sec)
     beats = settings.heartbeat_sec  # the first beat at once
     while True:
@@ -122,8 +133,8 @@ def watch(run_id: int, attempt: int, settings: Settings, parent: int, cancelled:
                 os._exit(4)  # someone else owns the run now
             if run.cancel_requested and not cancelled.is_set():
                 cancelled.set()
-                if interrupt:
-                    _thread.interrupt_main()
+                if interrupt is not None:
+                    interrupt()
             if beats >= settings.heartbeat_sec:
                 run.heartbeat_at = utcnow()
                 s.add(run)
@@ -171,7 +182,7 @@ def train_config(run: Run, corpus: Path, device: str, threads: int | None) -> Tr
 
 
 def corpus_for(run: Run, settings: Settings) -> Path:
-    with session_scope(settings) as s:
+    with job_session(settings) as s:
         path = dataset_path(s, name=run.config["dataset"], settings=settings)
     if not path.exists():
         if run.config["dataset"] != HOLMES:
@@ -181,8 +192,8 @@ def corpus_for(run: Run, settings: Settings) -> Path:
     return path
 
 
-def finish(run_id: int, status: RunStatus, error: str | None = None) -> None:
-    with session_scope() as s:
+def finish(run_id: int, status: RunStatus, error: str | None, settings: Settings) -> None:
+    with session_scope(settings) as s:
         run = s.get(Run, run_id)
         fields: dict = {"error": error, "pid": None}
         if status != RunStatus.queued:
@@ -198,7 +209,7 @@ def run_training(run: Run, settings: Settings, callbacks: JobCallbacks, dist: Di
     try:
         trainer = Trainer(config, run.out_dir, callbacks=callbacks, cache_dir=settings.cache_dir,
                           resume=bool(run.config.get("resume", True)), dist=dist)
-        with session_scope(settings) as s:
+        with job_session(settings) as s:
             if run.config["dataset"] == HOLMES:
                 ensure_builtin(s, settings=settings)
             record_tokenizer(s, name=run.config["dataset"], vocab_size=trainer.tokenizer.vocab_size,
@@ -227,7 +238,7 @@ def run_benchmark(run: Run, settings: Settings, callbacks: JobCallbacks) -> bool
                          steps=c["steps"], warmup=c["warmup"]).validate()
     device = resolve_device(config.device)
     total = len(plan(config, device))
-    with session_scope(settings) as s:
+    with job_session(settings) as s:
         bench_svc.start_sweep(s, run_id=run.id, cells=total)
         record_event(s, run_id=run.id, type=EventType.log,
                      data={"message": f"benchmark of {total} cells on {device} ({describe_device(device).get('name')})"})
@@ -236,7 +247,7 @@ def run_benchmark(run: Run, settings: Settings, callbacks: JobCallbacks) -> bool
         s.add(r)
 
     def store(index: int, _total: int, cell: Cell) -> None:
-        with session_scope(settings) as s:
+        with job_session(settings) as s:
             bench_svc.record_cell(s, run_id=run.id, index=index, cell=cell)
 
     cells = sweep(config, on_cell=store, should_stop=callbacks.should_stop)
@@ -270,32 +281,40 @@ def main(argv: list[str]) -> int:
     callbacks = JobCallbacks(run_id, settings)
     signal.signal(signal.SIGTERM, lambda *_: callbacks.preempted.set())
     done = threading.Event()
-    cancelled = callbacks.cancelled
     callbacks.stop_on_cancel = dist.enabled
-    watcher = threading.Thread(target=watch, args=(run_id, attempt, settings, parent, cancelled, done),
-                               kwargs={"interrupt": not dist.enabled}, daemon=True)
-    try:  # the watcher may interrupt at once (a cancel that came early): start it inside the try
-        watcher.start()
-        stopped = run_benchmark(run, settings, callbacks) if run.kind == RunKind.benchmark else \
-            run_training(run, settings, callbacks, dist)
-        done.set()
-        if stopped and callbacks.preempted.is_set():
-            finish(run_id, RunStatus.queued)
-        elif stopped and cancelled.is_set():
-            finish(run_id, RunStatus.cancelled, "cancelled by request")
-        else:
-            finish(run_id, RunStatus.succeeded)
-    except KeyboardInterrupt:
-        done.set()
-        if cancelled.is_set():
-            finish(run_id, RunStatus.cancelled, "cancelled by request")
-        else:
-            finish(run_id, RunStatus.failed, "interrupted")
-    except Exception as exc:  # the job failed: record why, keep the worker serving
-        done.set()
-        log.error("run %s failed:\n%s", run_id, traceback.format_exc())
-        finish(run_id, RunStatus.failed, failure_message(exc, run))
+    if not dist.enabled:
+        cancel_interrupt.install()
+    watcher = threading.Thread(target=watch, args=(run_id, attempt, settings, parent, callbacks.cancelled, done),
+                               kwargs={"interrupt": None if dist.enabled else cancel_interrupt.fire}, daemon=True)
+    status, error = job_outcome(run, settings, callbacks, dist, watcher)
+    done.set()
+    finish(run_id, status, error, settings)
     return EXIT_OK
+
+
+def job_outcome(run: Run, settings: Settings, callbacks: JobCallbacks, dist: DistInfo,
+                watcher: threading.Thread) -> tuple[RunStatus, str | None]:
+    """Run the job to its end; how it ended (status, error). A cancel that lands after the job has
+    ended is ignored: ``cancel_interrupt`` is closed in the ``finally``, inside the outer ``try``."""
+    try:
+        try:  # the watcher may interrupt at once (a cancel that came early): start it inside the try
+            watcher.start()
+            stopped = run_benchmark(run, settings, callbacks) if run.kind == RunKind.benchmark else \
+                run_training(run, settings, callbacks, dist)
+        except Exception as exc:  # the job failed: record why, keep the worker serving
+            log.error("run %s failed:\n%s", run.id, traceback.format_exc())
+            return RunStatus.failed, failure_message(exc, run)
+        finally:
+            cancel_interrupt.close()
+    except JobCancelled:
+        return RunStatus.cancelled, "cancelled by request"
+    except KeyboardInterrupt:  # a SIGINT from outside (the worker starts jobs in their own session)
+        return RunStatus.failed, "interrupted"
+    if stopped and callbacks.preempted.is_set():
+        return RunStatus.queued, None
+    if stopped and callbacks.cancelled.is_set():
+        return RunStatus.cancelled, "cancelled by request"
+    return RunStatus.succeeded, None
 
 
 if __name__ == "__main__":

@@ -1,0 +1,103 @@
+"""Cancelling a job: the interrupt lands at once, but never inside a database write."""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from sqlmodel import func, select
+
+from app.db import init_db, session_scope
+from app.models import Event, Metric, Run, RunStatus
+from app.settings import Settings
+from tinygpt.train import StepMetrics
+from worker.cancel import SIGNAL, JobCancelled, cancel_interrupt
+from worker.job import JobCallbacks, finish
+
+
+@pytest.fixture
+def installed() -> Iterator[None]:
+    previous = signal.getsignal(SIGNAL)
+    cancel_interrupt.install()
+    yield
+    cancel_interrupt.close()
+    signal.signal(SIGNAL, previous)
+
+
+def spin(seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pass
+
+
+def test_fire_outside_a_shield_raises_in_the_main_thread_at_once(installed):
+    threading.Timer(0.01, cancel_interrupt.fire).start()
+    t0 = time.monotonic()
+    with pytest.raises(JobCancelled):
+        spin(5)
+    assert time.monotonic() - t0 < 1
+
+
+def test_fire_inside_a_shield_waits_for_its_end(installed):
+    reached_end = False
+    with pytest.raises(JobCancelled):
+        with cancel_interrupt.shielded():
+            with cancel_interrupt.shielded():  # nested: held until the outer one ends
+                threading.Timer(0.01, cancel_interrupt.fire).start()
+                spin(0.2)
+            spin(0.05)
+            reached_end = True
+    assert reached_end
+
+
+def test_fire_after_close_is_ignored(installed):
+    cancel_interrupt.close()
+    threading.Timer(0.01, cancel_interrupt.fire).start()
+    spin(0.2)  # no JobCancelled
+
+
+def test_close_drops_an_interrupt_held_by_a_shield(installed):
+    with cancel_interrupt.shielded():
+        threading.Timer(0.01, cancel_interrupt.fire).start()
+        spin(0.2)
+        cancel_interrupt.close()  # the job is recording its end: the held cancel must not land now
+
+
+def metrics(step: int) -> StepMetrics:
+    return StepMetrics(step=step, train_loss=5.0, val_loss=None, lr=1e-3, tokens_per_sec=1.0, elapsed_sec=0.0,
+                       tokens_seen=step, epochs=0.0, peak_mem_mib=0.0)
+
+
+def test_a_cancel_landing_during_metric_writes_leaves_the_database_usable(installed, database, tmp_path):
+    """The job's callbacks write step after step; cancels fire at random moments. Each must end
+    the loop, every step written must be whole (its metric row, run row and event together), and
+    the job must then record ``cancelled``. (On PostgreSQL an interrupt inside a write once left
+    the pooled connection mid-transaction, and recording the end failed.)"""
+    settings = Settings(home=tmp_path, database_url=database.get("TINYGPT_DATABASE_URL"))
+    init_db(settings)
+    rng = random.Random(1337)
+    for _trial in range(12):
+        with session_scope(settings) as s:
+            run = Run(name="cancel", config={}, status=RunStatus.running)
+            s.add(run)
+            s.flush()
+            run_id = run.id
+        cancel_interrupt.install()
+        callbacks = JobCallbacks(run_id, settings)
+        threading.Timer(rng.uniform(0.01, 0.15), cancel_interrupt.fire).start()
+        with pytest.raises(JobCancelled):
+            for step in range(1, 100_000):
+                callbacks.on_step(metrics(step))
+        cancel_interrupt.close()
+        finish(run_id, RunStatus.cancelled, "cancelled by request", settings)
+        with session_scope(settings) as s:
+            run = s.get(Run, run_id)
+            rows = s.exec(select(func.count(), func.max(Metric.step)).where(Metric.run_id == run_id)).one()
+            events = s.exec(select(func.count()).select_from(Event).where(Event.run_id == run_id,
+                                                                           Event.type == "metric")).one()
+        assert (run.status, run.error) == (RunStatus.cancelled, "cancelled by request")
+        assert rows[0] > 0 and rows == (run.last_step, run.last_step) and events == rows[0]
