@@ -12,6 +12,8 @@ writing never leaves a half-written checkpoint under the real name.
 from __future__ import annotations
 
 import os
+import pickle
+import re
 from pathlib import Path
 
 import torch
@@ -51,7 +53,14 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
-        state = torch.load(path, map_location=map_location, weights_only=False)
+        # weights_only: tensors and plain data only. A checkpoint is a pickle, and a full unpickle of a
+        # file someone else wrote (a shared run folder, a downloaded best.pt) would run its code.
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
+        what = f" ({found.group(1)[:100]})" if found else ""
+        raise CheckpointError(f"{path} was refused: it holds objects other than tensors and plain data{what}, "
+                              "and loading it could run code") from None
     except Exception as exc:  # torch raises many kinds for a damaged file
         raise CheckpointError(f"{path} is not a readable checkpoint ({type(exc).__name__}: {exc})") from None
     if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
