@@ -7,6 +7,7 @@ them to the database (no worker needed).
 from __future__ import annotations
 
 import json
+import os
 
 import httpx
 import pytest
@@ -102,6 +103,28 @@ def test_bad_run_fields_are_named(bare, body, field):
     response = httpx.post(f"{app.url}/api/runs", json={**RUN, **body}, timeout=30)
     assert response.status_code == 422, response.text
     assert field_of(response) == field
+
+
+def test_process_and_thread_counts_are_bounded_by_the_machine(bare):
+    """One request must not start more training processes, or threads, than the machine has cores."""
+    _, app = bare
+    cores = os.cpu_count()
+    many = {**RUN, "device": "cpu", "gpus": 64, "batch_size": 64}
+    response = httpx.post(f"{app.url}/api/runs", json=many, timeout=30)
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"] == [{"loc": ["body", "gpus"], "type": "value_error",
+                                          "msg": f"gpus must be at most {cores} on cpu (this machine's {cores} CPU cores)"}]
+    response = httpx.post(f"{app.url}/api/runs", json={**RUN, "threads": cores + 1}, timeout=30)
+    assert response.status_code == 422
+    assert response.json()["detail"][0] == {"loc": ["body", "threads"], "type": "value_error",
+                                            "msg": f"threads must be at most this machine's {cores} CPU cores"}
+    response = httpx.post(f"{app.url}/api/benchmarks", json={"preset": "tiny", "device": "cpu", "threads": [1, 999]},
+                          timeout=30)
+    assert response.status_code == 422 and field_of(response) == "threads"
+    # at the limit it is accepted
+    ok = httpx.post(f"{app.url}/api/runs", json={**RUN, "gpus": cores, "batch_size": 4 * cores, "threads": 1}, timeout=30)
+    assert ok.status_code == 201, ok.text
+    httpx.post(f"{app.url}/api/runs/{ok.json()[0]['id']}/cancel", timeout=30)
 
 
 @pytest.mark.parametrize("raw", ['{"preset": "tiny", "lr": NaN}', '{"preset": "tiny", "lr": Infinity}'])

@@ -21,11 +21,12 @@ from ..models import (
 )
 from ..settings import Settings
 from .events import record_event
-from .runs import check_device_available, run_summary
+from .runs import check_device_available, check_threads, run_summary
 
 
 def create_benchmark(session: Session, *, body: BenchmarkCreate, settings: Settings) -> Run:
     check_device_available(body.device)
+    check_threads(body.threads or [])
     config = body.model_dump(exclude={"device", "name", "tags"})
     name = body.name or f"benchmark {body.preset} [{body.device}]"
     run = Run(name=name, kind=RunKind.benchmark, config=config, requested_device=body.device, tags=body.tags)

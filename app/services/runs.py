@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import statistics
 import uuid
 from functools import lru_cache
@@ -68,6 +69,31 @@ def check_device_available(name: str) -> None:
     raise Invalid(f"device {name!r} is not available on this machine: {reason}", field="device")
 
 
+def process_limit(device: str) -> tuple[int, str]:
+    """How many training processes a run on ``device`` may start here, and what bounds it: the visible
+    GPUs on CUDA, the cores elsewhere (each gloo process is a whole training process on the CPU)."""
+    if device.startswith("cuda") or (device == "auto" and any(d["device"].startswith("cuda:") for d in machine_devices())):
+        count = sum(1 for d in machine_devices() if d["device"].startswith("cuda:") and d["available"])
+        return count, f"the {count} visible GPU{'s' if count != 1 else ''}"
+    cores = os.cpu_count() or 1
+    return cores, f"this machine's {cores} CPU core{'s' if cores != 1 else ''}"
+
+
+def check_machine_limits(body: RunCreate, devices: list[str]) -> None:
+    """``gpus`` and ``threads`` bounded by what this machine can run (one request must not start 64 processes)."""
+    for device in devices:
+        limit, what = process_limit(device)
+        if body.gpus > limit:
+            raise Invalid(f"gpus must be at most {limit} on {device} ({what})", field="gpus")
+    check_threads([body.threads] if body.threads else [])
+
+
+def check_threads(counts: list[int]) -> None:
+    cores = os.cpu_count() or 1
+    if any(t > cores for t in counts):
+        raise Invalid(f"threads must be at most this machine's {cores} CPU cores", field="threads")
+
+
 def run_summary(run: Run) -> dict:
     """What run-list events carry."""
     return {"id": run.id, "name": run.name, "status": run.status, "device": run.device or run.requested_device}
@@ -91,6 +117,7 @@ def create_runs(session: Session, *, body: RunCreate, settings: Settings) -> lis
     devices = body.devices()
     for name in devices:
         check_device_available(name)
+    check_machine_limits(body, devices)
     check_dataset_exists(session, name=body.dataset)
     config = body.model_dump(exclude={"device", "name", "tags"})
     group = uuid.uuid4().hex[:12] if len(devices) > 1 else None
