@@ -58,6 +58,6 @@ timeout 180 "$py" -m tinygpt bench --preset holmes --device cuda --batch-sizes 8
 "$py" - "$out/sweep.json" <<'PY'
 import json, sys
 from tinygpt.bench import Cell, format_table
-print(format_table([Cell(**c) for c in json.load(open(sys.argv[1]))]))
+print(format_table([Cell(**c) for c in json.load(open(sys.argv[1]))["cells"]]))
 PY
 exit "$tests_status"

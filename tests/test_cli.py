@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from tinygpt.bench import CELL_FIELDS
+from tinygpt.device import cpu_name, cpu_prefers_bf16, cpu_speed_flags, cpu_summary
 from tinygpt.gutenberg import HOLMES_BOOKS, strip_gutenberg
 from tinygpt.presets import model_config
 
@@ -35,6 +36,7 @@ def test_info_lists_presets_and_devices():
     for name in ("holmes", "tiny", "student", "small"):
         assert name in out
     assert "cpu" in out and "unavailable" in out
+    assert f"CPU flags: {cpu_summary()}" in out
 
 
 @pytest.mark.parametrize("args, message", [
@@ -132,10 +134,16 @@ def test_data_holmes_offline_says_how_to_supply_a_corpus(tmp_path):
 def test_bench_prints_a_table_and_json_cells():
     args = ["bench", "--preset", "tiny", "--device", "cpu", "--batch-sizes", "2,4", "--precisions", "fp32",
             "--threads", "1", "--steps", "1", "--warmup", "0"]
-    table = tinygpt(*args).stdout.splitlines()
+    header, *table = tinygpt(*args).stdout.splitlines()
+    # the figures say which CPU features they were measured with, and what precision auto picks there
+    assert header == f"cpu: {cpu_name()}; CPU flags: {cpu_summary()}"
     assert table[0].split() == ["precision", "batch", "threads", "tokens/s", "ms/step", "peak", "MiB"]
     assert [row.split()[:3] for row in table[1:]] == [["fp32", "2", "1"], ["fp32", "4", "1"]]
-    cells = json.loads(tinygpt(*args, "--json").stdout)
+    result = json.loads(tinygpt(*args, "--json").stdout)
+    assert result["device"] == "cpu"
+    assert result["device_info"]["features"] == cpu_speed_flags()
+    assert result["device_info"]["auto_precision"] == ("bf16" if cpu_prefers_bf16() else "fp32")
+    cells = result["cells"]
     assert [list(c) for c in cells] == [CELL_FIELDS] * 2
     assert [(c["precision"], c["batch_size"], c["threads"], c["oom"]) for c in cells] == [
         ("fp32", 2, 1, False), ("fp32", 4, 1, False)]

@@ -76,6 +76,21 @@ def test_cpu_with_bf16_units_is_probed(monkeypatch):
         dev.cpu_prefers_bf16.cache_clear()
 
 
+@pytest.mark.parametrize("flags, listed, summary", [
+    ({"sse4_2", "avx", "avx2", "fma", "f16c"}, ["avx2", "fma"],
+     "avx2 fma; bf16 emulated (no AVX512-BF16 or AMX); precision auto = fp32"),
+    ({"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16"},
+     ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16"],
+     "avx2 fma avx512f avx512_vnni avx512_bf16 amx_tile amx_bf16; bf16 in hardware; precision auto = bf16"),
+    ({"fp", "asimd", "bf16"}, ["asimd", "bf16"], "asimd bf16; bf16 in hardware; precision auto = bf16"),
+])
+def test_cpu_summary_names_the_flags_and_what_auto_picks(monkeypatch, flags, listed, summary):
+    monkeypatch.setattr(dev, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(dev, "cpu_prefers_bf16", lambda: "avx512_bf16" in flags or "bf16" in flags)
+    assert dev.cpu_speed_flags() == listed
+    assert dev.cpu_summary() == summary
+
+
 def test_autocast_bf16_changes_matmul_dtype():
     a = torch.randn(4, 4)
     with dev.autocast(torch.device("cpu"), "bf16"):

@@ -283,18 +283,23 @@ def cmd_bench(args: argparse.Namespace, paths: Paths) -> int:
     import json
 
     from .bench import CELL_FIELDS, SweepConfig, format_table, sweep
+    from .device import cpu_summary, describe_device, resolve_device
     from .progress import SweepProgress
 
     config = SweepConfig(preset=args.preset, arch=args.arch, device=args.device, batch_sizes=args.batch_sizes,
                          precisions=args.precisions, threads=args.threads, steps=args.steps, warmup=args.warmup)
+    device = resolve_device(config.device)
+    described = describe_device(device)
     progress = SweepProgress(enabled=not args.json)
     try:
         cells = sweep(config, on_cell=progress)
     finally:
         progress.close()
     if args.json:
-        print(json.dumps([{k: c.to_dict()[k] for k in CELL_FIELDS} for c in cells], indent=2))
+        cell_dicts = [{k: c.to_dict()[k] for k in CELL_FIELDS} for c in cells]
+        print(json.dumps({"device": str(device), "device_info": described, "cells": cell_dicts}, indent=2))
     else:
+        print(f"{device}: {described.get('name')}" + (f"; CPU flags: {cpu_summary()}" if device.type == "cpu" else ""))
         print(format_table(cells))
     return 0
 

@@ -131,6 +131,8 @@ def describe_device(device: torch.device) -> dict:
             threads=torch.get_num_threads(),
             cores=os.cpu_count(),
             capability=torch.backends.cpu.get_cpu_capability(),
+            features=cpu_speed_flags(),
+            auto_precision=resolve_precision("auto", device),
         )
     else:
         info.update(name=str(device))
@@ -181,6 +183,28 @@ def cpu_flags() -> set[str]:
     except OSError:
         pass
     return set()
+
+
+#: The CPU flags that decide a training step's speed: vector width and fused multiply-add (x86 AVX2/FMA,
+#: AVX-512, ARM NEON/SVE), and bf16 in hardware (AVX512-BF16, AMX; ARM bf16), without which bf16 is emulated.
+SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16",
+               "asimd", "sve", "bf16")
+
+
+def cpu_speed_flags() -> list[str]:
+    """The :data:`SPEED_FLAGS` this CPU has, in that order."""
+    flags = cpu_flags()
+    return [f for f in SPEED_FLAGS if f in flags]
+
+
+def cpu_summary() -> str:
+    """One line for the CPU's figures: its speed flags, whether bf16 is in hardware, what ``auto`` picks.
+
+    e.g. ``avx2 fma; bf16 emulated (no AVX512-BF16 or AMX); precision auto = fp32``
+    """
+    flags = " ".join(cpu_speed_flags()) or "no AVX2/AVX-512/NEON flags found"
+    bf16 = "bf16 in hardware" if cpu_has_bf16() else "bf16 emulated (no AVX512-BF16 or AMX)"
+    return f"{flags}; {bf16}; precision auto = {resolve_precision('auto', torch.device('cpu'))}"
 
 
 def cpu_has_bf16() -> bool:

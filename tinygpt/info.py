@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from .device import available_devices
+from .device import available_devices, cpu_summary
 from .model import GPT
 from .presets import ARCHS, list_presets, model_config
 
@@ -65,5 +65,6 @@ def print_devices() -> None:
             print(f"  {d['device']:<8} available")
         elif desc["type"] == "cpu":
             print(f"  {d['device']:<8} {desc['name']}, {desc['threads']} threads, {desc['capability']}, torch {desc['torch']}")
+            print(f"  {'':<8} CPU flags: {cpu_summary()}")
         else:
             print(f"  {d['device']:<8} {desc['name']}, {desc.get('memory_mib')} MiB, torch {desc['torch']}")
