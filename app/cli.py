@@ -46,7 +46,9 @@ def run_app(args: argparse.Namespace) -> int:
     except BindError as exc:
         print(f"tinygpt: error: {exc}", file=sys.stderr)
         return 2
-    uvicorn.run(create_app(host=args.host), host=args.host, port=args.port, log_level="info")
+    settings = get_settings()
+    uvicorn.run(create_app(host=args.host), host=args.host, port=args.port, log_level="info",
+                root_path=settings.root_path, forwarded_allow_ips=settings.forwarded_allow_ips)
     return 0
 
 

@@ -11,8 +11,8 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from .deps import SettingsDep
-from .pages import render
 from .security import SESSION_COOKIE, has_credentials, safe_next, session_value, token_matches
+from .templating import app_url, render
 
 router = APIRouter(include_in_schema=False)
 
@@ -20,7 +20,7 @@ router = APIRouter(include_in_schema=False)
 @router.get("/login", response_class=HTMLResponse)
 def login_form(request: Request, settings: SettingsDep, next: str = "/") -> Response:
     if settings.api_token is None or has_credentials(request, settings.api_token):
-        return RedirectResponse(safe_next(next), status_code=303)
+        return RedirectResponse(app_url(request, safe_next(next)), status_code=303)
     return render(request, "login.html", next=safe_next(next))
 
 
@@ -29,17 +29,17 @@ def login(request: Request, settings: SettingsDep, token: Annotated[str, Form(ma
           next: Annotated[str, Form(max_length=2000)] = "/") -> Response:
     expected = settings.api_token
     if expected is None:
-        return RedirectResponse(safe_next(next), status_code=303)
+        return RedirectResponse(app_url(request, safe_next(next)), status_code=303)
     if not token_matches(token, expected):
         return render(request, "login.html", 401, next=safe_next(next), error="wrong token")
-    response = RedirectResponse(safe_next(next), status_code=303)
+    response = RedirectResponse(app_url(request, safe_next(next)), status_code=303)
     response.set_cookie(SESSION_COOKIE, session_value(expected), httponly=True, samesite="strict",
                         secure=request.url.scheme == "https", path="/")
     return response
 
 
 @router.post("/logout")
-def logout() -> Response:
-    response = RedirectResponse("/login", status_code=303)
+def logout(request: Request) -> Response:
+    response = RedirectResponse(app_url(request, "/login"), status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
     return response

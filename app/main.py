@@ -18,14 +18,24 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from tinygpt.presets import list_presets
 
-from . import login, pages
+from . import api_docs, login, pages
 from .api import benchmarks, catalog, events, runs
 from .db import init_db, session_scope
 from .errors import AppError
-from .security import LOOPBACK_NAMES, BodyLimitMiddleware, Unauthorized, guard, is_loopback, safe_next
+from .security import (
+    LOOPBACK_NAMES,
+    BodyLimitMiddleware,
+    Unauthorized,
+    guard,
+    is_api,
+    is_loopback,
+    route_path,
+    safe_next,
+)
 from .services.datasets import ensure_builtin
 from .services.hub import EventHub
 from .settings import Settings, get_settings
+from .templating import render
 
 
 def create_app(settings: Settings | None = None, host: str | None = None) -> FastAPI:
@@ -46,7 +56,9 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
         yield
         await app.state.hub.stop()
 
-    app = FastAPI(title="TinyGPT Dashboard", version="0.1.0", lifespan=lifespan, dependencies=[Depends(guard)])
+    # the documentation pages and the schema are routes of our own (app/api_docs.py): offline, and guarded
+    app = FastAPI(title="TinyGPT Dashboard", version="0.1.0", lifespan=lifespan, dependencies=[Depends(guard)],
+                  docs_url=None, redoc_url=None, openapi_url=None)
     app.state.settings = settings  # the guard reads it from the first request on
     app.state.streams = events.StreamCounter()
     app.add_middleware(BodyLimitMiddleware, settings=settings)
@@ -56,14 +68,15 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
     @app.exception_handler(AppError)
     async def app_error(request: Request, exc: AppError) -> Response:
         """JSON for the API, a fragment for htmx, a page for a browser."""
-        if request.url.path.startswith("/api/") or request.url.path == "/healthz":
+        path = route_path(request.scope)
+        if is_api(path) or path == "/openapi.json":
             headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
             return JSONResponse({"detail": exc.detail()}, status_code=exc.status_code, headers=headers)
         if isinstance(exc, Unauthorized) and not request.headers.get("HX-Request"):
-            target = safe_next(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
-            return pages.render(request, "login.html", 401, next=target)
+            target = safe_next(path + (f"?{request.url.query}" if request.url.query else ""))
+            return render(request, "login.html", 401, next=target)
         name = "_error.html" if request.headers.get("HX-Request") else "error.html"
-        return pages.render(request, name, exc.status_code, status=exc.status_code, message=exc.message)
+        return render(request, name, exc.status_code, status=exc.status_code, message=exc.message)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
@@ -77,6 +90,7 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
     app.include_router(catalog.health_router)
     app.include_router(pages.router)
     app.include_router(login.router)
+    app.include_router(api_docs.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).resolve().parent.parent / "static"), name="static")
     return app
 

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 from sqlmodel import col, select
 
@@ -17,14 +15,11 @@ from tinygpt.presets import ARCHS, PRESETS, list_presets
 from .deps import RunId, SessionDep, SettingsDep
 from .errors import AppError
 from .models import BenchmarkCreate, Metric, RunCreate, RunKind, RunPublic, RunStatus
-from .security import has_credentials
 from .services import benchmarks as bench_svc
 from .services import datasets as ds_svc
 from .services import runs as svc
+from .templating import app_url, render
 
-ROOT = Path(__file__).resolve().parent.parent
-templates = Jinja2Templates(directory=ROOT / "templates")
-templates.env.globals["fmt"] = lambda v: "–" if v is None else f"{v:.4f}"
 router = APIRouter(include_in_schema=False)
 
 FORM_DEFAULTS: dict[str, Any] = {
@@ -33,12 +28,6 @@ FORM_DEFAULTS: dict[str, Any] = {
     "sample_prompt": "Holmes", "name": "", "tags": [], **PRESETS["tiny"].training,
 }
 CHECKBOXES = ("compile", "grad_checkpointing", "resume")
-
-
-def render(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
-    token = request.app.state.settings.api_token
-    context.setdefault("signed_in", token is not None and has_credentials(request, token))
-    return templates.TemplateResponse(request, name, context, status_code=status_code)
 
 
 def median_rates(session: SessionDep, run_ids: list[int]) -> dict[int, float]:
@@ -126,7 +115,7 @@ async def create_from_form(request: Request, session: SessionDep, settings: Sett
         errors = {exc.field or "_": exc.message}
         return render(request, "_new_form.html", exc.status_code, **form_context(session, settings, values, errors))
     target = f"/runs/{runs[0].id}" if len(runs) == 1 else f"/compare?ids={','.join(str(r.id) for r in runs)}"
-    return Response(status_code=200, headers={"HX-Redirect": target})
+    return Response(status_code=200, headers={"HX-Redirect": app_url(request, target)})
 
 
 @router.post("/partials/datasets", response_class=HTMLResponse)
@@ -136,14 +125,14 @@ async def upload_from_form(request: Request, session: SessionDep, settings: Sett
         ds = await ds_svc.upload_dataset(session, name=str(form.get("name", "")), source=file, settings=settings)
     except AppError as exc:
         return render(request, "_error.html", exc.status_code, status=exc.status_code, message=exc.message)
-    return HTMLResponse(templates.get_template("_uploaded.html").render(ds=ds))
+    return render(request, "_uploaded.html", ds=ds)
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 def run_page(run_id: RunId, request: Request, session: SessionDep) -> Response:
     run = svc.get_run(session, run_id=run_id)
     if run.kind == RunKind.benchmark:
-        return RedirectResponse(f"/benchmarks/{run_id}", status_code=303)
+        return RedirectResponse(app_url(request, f"/benchmarks/{run_id}"), status_code=303)
     public = RunPublic.of(run)
     return render(request, "run.html", nav="runs", run=public, run_json=public.model_dump(mode="json"),
                   samples=svc.run_samples(session, run_id=run_id))
@@ -209,7 +198,7 @@ async def create_benchmark_from_form(request: Request, session: SessionDep, sett
     except AppError as exc:
         errors = {exc.field or "_": exc.message}
         return render(request, "_benchmark_form.html", exc.status_code, **benchmark_form_context(values, errors))
-    return Response(status_code=200, headers={"HX-Redirect": f"/benchmarks/{run.id}"})
+    return Response(status_code=200, headers={"HX-Redirect": app_url(request, f"/benchmarks/{run.id}")})
 
 
 @router.get("/benchmarks/{run_id}", response_class=HTMLResponse)

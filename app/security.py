@@ -1,15 +1,18 @@
-"""Who may change things: the API token, the browser's login cookie, cross-site and host checks.
+"""Who may read and change things: the API token, the browser's login cookie, cross-site and host checks.
 
-The model (README, "Security"): bound to a loopback address (the default), the dashboard serves
-the people on its own machine; bound to any other address it must have ``TINYGPT_API_TOKEN``,
-and then every state-changing request and every event stream needs that token, as
-``Authorization: Bearer TOKEN`` (scripts) or the cookie the ``/login`` page sets (browsers).
-Independently of the token:
+The model (README, "Security"): bound to a loopback address (the default) and without a token, the
+dashboard serves the people on its own machine; bound to any other address it must have
+``TINYGPT_API_TOKEN``. With a token set, every route needs it (``Authorization: Bearer TOKEN`` from
+scripts, or the cookie the ``/login`` page sets in browsers) except ``/healthz``, ``/login`` and the
+static assets; ``TINYGPT_PUBLIC_READ=true`` opens the reads (GET) to anyone, except the files
+(checkpoints). Independently of the token:
 
 - a state-changing request that a browser marks as coming from another site is refused
   (``Sec-Fetch-Site`` / ``Origin`` checks: cross-site request forgery);
 - bound to loopback, the app answers only to loopback host names (DNS rebinding);
 - request bodies are capped while they stream in (:class:`BodyLimitMiddleware`).
+
+Paths are matched below the app's root path (``TINYGPT_ROOT_PATH``), so the rules hold behind a proxy.
 """
 
 from __future__ import annotations
@@ -22,15 +25,18 @@ from urllib.parse import urlsplit
 
 from fastapi import Request
 from pydantic import SecretStr
+from starlette._utils import get_route_path
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import AppError
 from .settings import Settings
+from .templating import templates
 
 SESSION_COOKIE = "tinygpt_session"
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 OPEN_PATHS = frozenset({"/login", "/logout", "/healthz"})  # reachable without the token (the login form posts it)
+PRIVATE_READ_SUFFIXES = ("/checkpoint",)  # files: never open to anyone, even with TINYGPT_PUBLIC_READ
 LOOPBACK_NAMES = ("127.0.0.1", "localhost")
 UPLOAD_PATHS = frozenset({"/api/datasets", "/partials/datasets"})
 
@@ -100,12 +106,22 @@ def from_this_site(request: Request) -> bool:
     return urlsplit(origin).netloc == request.headers.get("host")
 
 
-def is_event_stream(path: str) -> bool:
-    return path.startswith("/api/") and path.endswith("/events")
+def route_path(scope: Scope) -> str:
+    """The request's path below the app's root path: what the routes are matched against."""
+    return get_route_path(scope)
 
 
-def is_page(request: Request) -> bool:
-    return not request.url.path.startswith("/api/") and request.url.path not in OPEN_PATHS
+def is_api(path: str) -> bool:
+    return path.startswith("/api/") or path == "/healthz"
+
+
+def needs_token(request: Request, settings: Settings) -> bool:
+    """Whether this request must carry the token (a token is set; see the module docstring)."""
+    path = route_path(request.scope)
+    if path in OPEN_PATHS:
+        return False
+    public_read = settings.public_read and request.method in ("GET", "HEAD")
+    return not public_read or path.endswith(PRIVATE_READ_SUFFIXES)
 
 
 async def guard(request: Request) -> None:
@@ -115,9 +131,8 @@ async def guard(request: Request) -> None:
     if unsafe and not from_this_site(request):
         raise Forbidden("cross-site request refused: submit the form from this dashboard's own pages")
     token = settings.api_token
-    if token is None or request.url.path in OPEN_PATHS:
-        return
-    if (unsafe or is_event_stream(request.url.path) or is_page(request)) and not has_credentials(request, token):
+    request.state.signed_in = token is not None and has_credentials(request, token)
+    if token is not None and not request.state.signed_in and needs_token(request, settings):
         raise Unauthorized("this dashboard needs its API token: send `Authorization: Bearer TOKEN`, "
                            "or log in at /login")
 
@@ -151,10 +166,11 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit, field, message = self.limit_for(scope["path"])
+        path = route_path(scope)
+        limit, field, message = self.limit_for(path)
         declared = dict(scope["headers"]).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > limit:
-            await send_too_large(send, scope["path"], field, message)
+            await send_too_large(send, path, field, message)
             return
         received = 0
 
@@ -173,12 +189,10 @@ class BodyLimitMiddleware:
 
 async def send_too_large(send: Send, path: str, field: str, message: str) -> None:
     """A 413 sent before the body is read: the API's field-error JSON, or the pages' error fragment."""
-    if path.startswith("/api/"):
+    if is_api(path):
         body = json.dumps({"detail": [{"loc": ["body", field], "msg": message, "type": "value_error"}]}).encode()
         kind = b"application/json"
     else:
-        from .pages import templates  # the pages' own error fragment (import here: pages imports this module)
-
         body = templates.get_template("_error.html").render(status=413, message=message).encode()
         kind = b"text/html; charset=utf-8"
     await send({"type": "http.response.start", "status": 413,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -23,9 +23,18 @@ class Settings(BaseSettings):
     holmes_path: Path | None = Field(default=None, description="Holmes corpus file used instead of a download")
     host: str = Field(default="127.0.0.1", description="address the app binds to")
     port: int = Field(default=8000, description="port the app binds to")
-    api_token: SecretStr | None = Field(default=None, description="token for every state-changing request and "
-                                        "event stream (header `Authorization: Bearer TOKEN`, or the login page's "
-                                        "cookie); required when `host` is not a loopback address")
+    api_token: SecretStr | None = Field(default=None, description="token for every page, API route and event "
+                                        "stream but `/healthz` and `/login` (header `Authorization: Bearer TOKEN`, "
+                                        "or the login page's cookie); required when `host` is not a loopback address")
+    public_read: bool = Field(default=False, description="with a token set, let anyone read (GET) the pages, the "
+                              "JSON API and the event streams without it: run names, configs, metrics, samples (text "
+                              "generated from your corpus) and dataset names; checkpoints and every change still "
+                              "need the token")
+    root_path: str = Field(default="", description="path prefix the dashboard is served under behind a reverse "
+                           "proxy that strips it, e.g. `/tinygpt` (README, Behind a reverse proxy)")
+    forwarded_allow_ips: str = Field(default="127.0.0.1", description="addresses of the reverse proxies whose "
+                                     "`X-Forwarded-For`/`-Proto` headers are trusted (comma-separated, `*` for "
+                                     "any); passed to uvicorn")
     allowed_hosts: list[str] = Field(default_factory=list, description="more host names the app answers to while "
                                      "bound to a loopback address (it answers only to 127.0.0.1 and localhost "
                                      "otherwise, against DNS rebinding); a JSON list")
@@ -43,6 +52,14 @@ class Settings(BaseSettings):
     worker_poll_sec: float = Field(default=0.5, description="how often an idle worker looks for queued runs")
     event_poll_sec: float = Field(default=0.1, description="how often event streams look for new events")
     keepalive_sec: float = Field(default=15.0, description="comment keep-alive interval on event streams")
+
+    @field_validator("root_path")
+    @classmethod
+    def _root_path(cls, v: str) -> str:
+        v = v.strip().rstrip("/")
+        if v and (not v.startswith("/") or "//" in v or any(c in v for c in "?#\\ ")):
+            raise ValueError(f"TINYGPT_ROOT_PATH must be a path such as /tinygpt, got {v!r}")
+        return v
 
     @property
     def home_dir(self) -> Path:

@@ -13,3 +13,6 @@ fetch() {  # package version files...
 }
 fetch htmx.org 2.0.8 dist/htmx.min.js
 fetch uplot 1.6.32 dist/uPlot.iife.min.js dist/uPlot.min.css
+# The API pages (/docs, /redoc): FastAPI's CDN defaults, served from here instead.
+fetch swagger-ui-dist 5.32.0 swagger-ui-bundle.js swagger-ui.css NOTICE
+fetch redoc 2.5.2 bundles/redoc.standalone.js

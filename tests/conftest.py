@@ -15,6 +15,8 @@ from tinygpt.data import Splits, encode_corpus, load_or_train_tokenizer
 from tinygpt.tokenizer import Tokenizer
 from tinygpt.train import TrainConfig
 
+from .browser import browser, page  # noqa: F401 (fixtures for the page tests: Chromium)
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_HOLMES = ROOT.parent / "shared" / "data" / "holmes.txt"
 

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import shutil
+import re
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
+from .browser import needs_chromium, shot
 from .service_helpers import AppServer, Home, Worker, read_events, wait_for
 from .test_service import TINY
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
@@ -26,40 +26,6 @@ def site(tmp_path_factory, slice_path, warm_cache):
     yield app
     worker.stop()
     app.stop()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run", "--disable-quic"])
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    # Chromium logs every 4xx fetch on the console; a 422 for a form with errors and the 401 of a
-    # login page are expected.
-    expected = ("the server responded with a status of 422", "the server responded with a status of 401")
-    pg.on("console", lambda msg: errors.append(msg.text)
-          if msg.type == "error" and not any(e in msg.text for e in expected) else None)
-    pg.js_errors = errors
-    yield pg
-    context.close()
-    assert errors == [], f"JavaScript errors: {errors}"
-
-
-def shot(page, name: str) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
 def test_create_run_from_form_and_watch_it_finish(site, page):
@@ -350,3 +316,52 @@ def follow_with_reconnects(url: str, into: list[int]) -> None:
                         return
         except httpx.HTTPError:
             time.sleep(0.3)
+
+
+# -- the API documentation, offline ----------------------------------------------------------------
+def offline(page) -> list[str]:
+    """Abort every request that leaves this machine (as on a machine without internet); the list of
+    what was tried."""
+    tried: list[str] = []
+
+    def handle(route):  # noqa: ANN001, ANN202
+        host = urlsplit(route.request.url).hostname
+        if route.request.url.startswith("data:") or host in ("127.0.0.1", "localhost"):
+            return route.continue_()
+        tried.append(route.request.url)
+        return route.abort("internetdisconnected")
+
+    page.route("**/*", handle)
+    return tried
+
+
+def test_swagger_ui_works_offline_and_tries_an_operation(site, page):
+    tried = offline(page)
+    page.goto(f"{site.url}/docs")
+    page.wait_for_selector(".opblock-summary-path", timeout=30_000)
+    paths = page.locator(".opblock-summary-path").all_inner_texts()
+    assert "/api/presets" in [p.strip() for p in paths] and "/api/runs" in [p.strip() for p in paths]
+    block = page.locator(".opblock-get", has=page.locator(".opblock-summary-path", has_text=re.compile(r"^/api/presets$")))
+    block.locator(".opblock-summary").click()
+    block.locator("button.try-out__btn").click()
+    block.locator("button.execute").click()
+    status = block.locator(".live-responses-table tbody .response-col_status").first
+    status.wait_for(timeout=30_000)
+    assert status.inner_text().strip() == "200"
+    assert '"name": "holmes"' in block.locator(".live-responses-table .microlight").first.inner_text()
+    shot(page, "api-docs")
+    assert tried == [], f"requests off this machine: {tried}"
+
+
+REDOC_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
+
+
+def test_redoc_renders_offline(site, page):
+    tried = offline(page)
+    page.goto(f"{site.url}/redoc")
+    page.get_by_text("/api/presets").first.wait_for(state="attached", timeout=30_000)
+    assert "TinyGPT Dashboard" in page.locator("h1").first.inner_text()
+    # ReDoc's bundle always asks for its maker's logo beside "API docs by Redocly", and hides it when it
+    # does not load: the only request it makes off this machine, and nothing depends on it
+    assert tried in ([], [REDOC_LOGO]), f"requests off this machine: {tried}"
+    page.js_errors[:] = [e for e in page.js_errors if "ERR_INTERNET_DISCONNECTED" not in e]

@@ -61,9 +61,9 @@ def test_state_changes_need_the_token(guarded):
                             ("DELETE", f"/api/runs/{run_id}"), ("POST", f"/api/runs/{run_id}/sample"),
                             ("POST", "/api/benchmarks"), ("POST", "/api/datasets"), ("POST", "/new")]:
             assert c.request(method, url, json={}).status_code == 401, (method, url)
-        # reading stays open: the JSON API's GETs and the health check
-        assert c.get(f"/api/runs/{run_id}").json()["status"] == "queued"
-        assert c.get("/api/runs").status_code == 200
+        # reading needs it too (tests/test_access.py: every route); the health check stays open
+        assert c.get(f"/api/runs/{run_id}").status_code == 401
+        assert c.get(f"/api/runs/{run_id}", headers=bearer()).json()["status"] == "queued"
         assert c.get("/healthz").json() == {"status": "ok"}
 
 
@@ -176,7 +176,7 @@ def test_an_upload_without_a_declared_size_is_cut_off_while_streaming(guarded):
         pass  # the app closed the connection while the client was still sending: also a refusal
     assert sent < 50_000_000, f"the app read {sent:,} bytes before refusing"
     with guarded.client() as c:
-        assert "big" not in [d["name"] for d in c.get("/api/datasets").json()]
+        assert "big" not in [d["name"] for d in c.get("/api/datasets", headers=bearer()).json()]
 
 
 def test_event_streams_per_client_are_capped(guarded):

@@ -61,22 +61,22 @@ function setupBenchmarkPage() {
   }
 
   const refresh = TG.throttle(async () => {
-    const response = await fetch(`/api/benchmarks/${id}`);
+    const response = await fetch(TG.url(`/api/benchmarks/${id}`));
     if (!response.ok) return;
     bench = await response.json();
     showRun(bench.run);
     draw();
-    htmx.ajax("GET", `/partials/benchmarks/${id}/cells`, { target: "#cells", swap: "innerHTML" });
+    htmx.ajax("GET", TG.url(`/partials/benchmarks/${id}/cells`), { target: "#cells", swap: "innerHTML" });
   });
 
   $("#cancel-btn").addEventListener("click", async () => {
-    await fetch(`/api/runs/${id}/cancel`, { method: "POST" });
+    await fetch(TG.url(`/api/runs/${id}/cancel`), { method: "POST" });
   });
 
   draw();
   showRun(bench.run);
   if (["queued", "running"].includes(bench.run.status)) {
-    const source = new EventSource(`/api/runs/${id}/events`);
+    const source = new EventSource(TG.url(`/api/runs/${id}/events`));
     for (const type of ["log", "status"]) source.addEventListener(type, refresh);
     source.addEventListener("end", () => { source.close(); refresh(); });
   }

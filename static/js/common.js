@@ -3,6 +3,8 @@
 
 window.TG = (() => {
   const readJSON = (id) => JSON.parse(document.getElementById(id).textContent);
+  // A link on this dashboard: under the path prefix it is served at behind a proxy (<html data-root>).
+  const url = (path) => (document.documentElement.dataset.root || "") + path;
 
   // Exponential moving average with bias correction (as TensorBoard does), over the whole series.
   function smooth(values, weight) {
@@ -68,5 +70,5 @@ window.TG = (() => {
     };
   }
 
-  return { readJSON, smooth, downsampleIndices, chart, palette, throttle, scientific };
+  return { readJSON, url, smooth, downsampleIndices, chart, palette, throttle, scientific };
 })();

@@ -102,7 +102,7 @@ function setupRunPage() {
   }
 
   // -- the event stream (EventSource reconnects by itself, sending Last-Event-ID) ------------
-  const source = new EventSource(`/api/runs/${run.id}/events`);
+  const source = new EventSource(TG.url(`/api/runs/${run.id}/events`));
   const fresh = (e) => {
     const id = +e.lastEventId;
     state.received.push(id); // every id as it arrived (the tests check none comes twice)
@@ -146,14 +146,14 @@ function setupRunPage() {
   $("log-scale").addEventListener("change", buildCharts);
   $("smoothing").addEventListener("input", () => { $("smoothing-value").textContent = $("smoothing").value; redraw(); });
   $("cancel-btn").addEventListener("click", async () => {
-    const r = await fetch(`/api/runs/${run.id}/cancel`, { method: "POST" });
+    const r = await fetch(TG.url(`/api/runs/${run.id}/cancel`), { method: "POST" });
     if (!r.ok) alert((await r.json()).detail);
   });
   $("rename-form").addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const f = new FormData(ev.target);
     const tags = String(f.get("tags")).split(",").map((t) => t.trim()).filter(Boolean);
-    const r = await fetch(`/api/runs/${run.id}`, {
+    const r = await fetch(TG.url(`/api/runs/${run.id}`), {
       method: "PATCH", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ name: f.get("name"), tags }),
     });
     if (r.ok) $("run-name").textContent = (await r.json()).name;
@@ -168,7 +168,7 @@ function setupRunPage() {
     out.textContent = body.prompt;
     $("sample-btn").disabled = true;
     try {
-      const r = await fetch(`/api/runs/${run.id}/sample`, {
+      const r = await fetch(TG.url(`/api/runs/${run.id}/sample`), {
         method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
       });
       if (!r.ok) { const d = await r.json(); out.textContent = typeof d.detail === "string" ? d.detail : d.detail.map((x) => x.msg).join("; "); return; }
@@ -197,7 +197,7 @@ function setupRunPage() {
   $("neighbours-form").addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const word = new FormData(ev.target).get("word");
-    const r = await fetch(`/api/runs/${run.id}/neighbors?` + new URLSearchParams({ word, k: 10 }));
+    const r = await fetch(TG.url(`/api/runs/${run.id}/neighbors?`) + new URLSearchParams({ word, k: 10 }));
     const list = $("neighbours");
     list.innerHTML = "";
     const d = await r.json();

@@ -1,0 +1,41 @@
+"""The Jinja2 templates and how a page renders them.
+
+Every link a page holds is root-relative: ``{{ root }}/runs/1``, where ``root`` is the path prefix the
+dashboard is served under (``TINYGPT_ROOT_PATH``, e.g. ``/tinygpt`` behind a reverse proxy; empty by
+default). No link carries a scheme or host, so a page served over HTTPS by a proxy never points at
+``http://`` assets, whatever the proxy forwards.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def root_path(request: Request) -> str:
+    """The prefix the app is served under ('' or e.g. '/tinygpt')."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def app_url(request: Request, path: str) -> str:
+    """A root-relative link to ``path`` (which starts with '/') on this dashboard."""
+    return root_path(request) + path
+
+
+def page_context(request: Request) -> dict[str, Any]:
+    """What every page template sees: the root path, and whether the visitor logged in (set by the guard)."""
+    return {"root": root_path(request), "signed_in": getattr(request.state, "signed_in", False)}
+
+
+templates = Jinja2Templates(directory=ROOT / "templates", context_processors=[page_context])
+templates.env.globals["fmt"] = lambda v: "–" if v is None else f"{v:.4f}"
+
+
+def render(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    return templates.TemplateResponse(request, name, context, status_code=status_code)

@@ -1,0 +1,121 @@
+"""With a token set, nothing is readable without it: every route of the app (the OpenAPI schema's
+operations, the pages, the API docs) answers 401 to a client without the token and works with it,
+except ``/healthz``, ``/login``/``/logout`` and the static assets. With ``TINYGPT_PUBLIC_READ=true``
+the reads open up, but never the checkpoint files, and every change still needs the token.
+
+The routes are listed from the app itself, so a route added later is covered without editing this
+test (a GET route with a required query parameter needs an example in ``QUERY``)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from fastapi.routing import APIRoute, iter_route_contexts
+
+from app.main import create_app
+from app.settings import Settings
+
+from .service_helpers import AppServer, Home, Worker, wait_for
+
+TOKEN = "access-test-token-0123456789"
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+OPEN = {"/healthz", "/login", "/logout"}
+PRIVATE_FILES = {"/api/runs/{run_id}/checkpoint"}
+QUERY = {"/api/compare": "ids={run},{run}", "/compare": "ids={run},{run}", "/api/runs/{run_id}/neighbors": "word=%20the"}
+BENCHMARK_PATHS = {"/api/benchmarks/{run_id}", "/benchmarks/{run_id}", "/partials/benchmarks/{run_id}/cells"}
+
+
+def app_routes() -> list[tuple[str, str]]:
+    """(method, path) of every route the app serves, pages and API alike (not the static files)."""
+    routes = iter_route_contexts(create_app(Settings(home="/nonexistent-tinygpt-home")).routes)
+    return sorted({(method, r.path) for r in routes if isinstance(r.route, APIRoute) for method in r.methods - {"HEAD"}})
+
+
+ROUTES = app_routes()
+GUARDED = [r for r in ROUTES if r[1] not in OPEN]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory, slice_path, warm_cache):
+    """A token-guarded app with one trained run (checkpoint, samples) and one benchmark; the worker is
+    stopped afterwards, so runs created by the tests stay queued."""
+    home = Home(tmp_path_factory.mktemp("access") / "home", slice_path, {"TINYGPT_API_TOKEN": TOKEN})
+    home.path.mkdir()
+    home.seed_cache(warm_cache)
+    app = AppServer(home)
+    worker = Worker(home, "access")
+    with httpx.Client(base_url=app.url, headers=BEARER, timeout=30) as c:
+        run = c.post("/api/runs", json={"preset": "tiny", "device": "cpu", "precision": "fp32", "steps": 4,
+                                        "batch_size": 2, "eval_every": 2}).json()[0]["id"]
+        bench = c.post("/api/benchmarks", json={"preset": "tiny", "device": "cpu", "batch_sizes": [2],
+                                                "precisions": ["fp32"], "steps": 1, "warmup": 0}).json()["run"]["id"]
+        for run_id in (run, bench):
+            wait_for(lambda r=run_id: c.get(f"/api/runs/{r}").json()["status"] == "succeeded", timeout=180,
+                     message=f"run {run_id} to succeed")
+    worker.stop()
+    public = AppServer(Home(home.path, slice_path, {"TINYGPT_API_TOKEN": TOKEN, "TINYGPT_PUBLIC_READ": "true"}))
+    yield app, public, run, bench
+    public.stop()
+    app.stop()
+
+
+def url_of(path: str, run: int, bench: int, victim: int | None = None) -> str:
+    run_id = bench if path in BENCHMARK_PATHS else victim or run
+    query = QUERY.get(path, "").format(run=run)
+    return path.replace("{run_id}", str(run_id)) + (f"?{query}" if query else "")
+
+
+def status_of(client: httpx.Client, method: str, url: str, **kwargs: object) -> int:
+    """The status only: streams (event streams, samples) are closed without being read."""
+    with client.stream(method, url, **kwargs) as response:
+        return response.status_code
+
+
+def test_every_route_is_listed():
+    paths = {p for _, p in ROUTES}
+    assert {"/api/runs", "/api/runs/{run_id}/checkpoint", "/api/events", "/", "/runs/{run_id}", "/docs", "/redoc",
+            "/openapi.json"} <= paths
+
+
+@pytest.mark.parametrize("method, path", GUARDED)
+def test_needs_the_token(site, method, path):
+    app, _, run, bench = site
+    with httpx.Client(base_url=app.url, timeout=30) as c:
+        assert status_of(c, method, url_of(path, run, bench), json={}) == 401
+
+
+@pytest.mark.parametrize("method, path", [r for r in GUARDED if r[0] == "GET"])
+def test_reads_work_with_the_token(site, method, path):
+    app, _, run, bench = site
+    with httpx.Client(base_url=app.url, headers=BEARER, timeout=30) as c:
+        assert status_of(c, method, url_of(path, run, bench)) == 200
+
+
+@pytest.mark.parametrize("method, path", [r for r in GUARDED if r[0] != "GET"])
+def test_changes_pass_the_guard_with_the_token(site, method, path):
+    """Not 401/403: what the change then says (201, 204, 422 for an empty body, ...) is the route's business."""
+    app, _, run, bench = site
+    with httpx.Client(base_url=app.url, headers=BEARER, timeout=30) as c:
+        victim = c.post("/api/runs", json={"preset": "tiny", "device": "cpu", "steps": 2}).json()[0]["id"]
+        assert status_of(c, method, url_of(path, run, bench, victim), json={}) not in (401, 403)
+
+
+@pytest.mark.parametrize("method, path", ROUTES)
+def test_public_read_opens_reads_but_not_files_or_changes(site, method, path):
+    _, public, run, bench = site
+    with httpx.Client(base_url=public.url, timeout=30) as c:
+        if path in OPEN:  # never the guard's refusal (a wrong login is the login form's own 401)
+            assert "needs its API token" not in c.request(method, path).text
+            return
+        status = status_of(c, method, url_of(path, run, bench), json={})
+    if method == "GET" and path not in PRIVATE_FILES:
+        assert status == 200
+    else:
+        assert status == 401
+
+
+def test_static_assets_and_health_stay_open(site):
+    app, _, _, _ = site
+    assert httpx.get(f"{app.url}/static/css/app.css", timeout=30).status_code == 200
+    assert httpx.get(f"{app.url}/healthz", timeout=30).json() == {"status": "ok"}
+    assert httpx.get(f"{app.url}/login", timeout=30).status_code == 200
