@@ -14,7 +14,7 @@ from tinygpt.presets import ARCHS, PRESETS, list_presets
 
 from .deps import RunId, SessionDep, SettingsDep
 from .errors import AppError
-from .models import BenchmarkCreate, Metric, RunCreate, RunKind, RunPublic, RunStatus
+from .models import BenchmarkCreate, Metric, RunConfig, RunCreate, RunKind, RunPublic, RunStatus
 from .services import benchmarks as bench_svc
 from .services import datasets as ds_svc
 from .services import runs as svc
@@ -72,7 +72,19 @@ def form_context(session: SessionDep, settings: SettingsDep, values: dict, error
         "datasets": ds_svc.list_datasets(session, settings=settings), "devices": devices,
         "gpu_available": any(d["device"].startswith("cuda") and d["available"] for d in devices),
         "max_upload_mb": settings.max_upload_mb, "speed_estimates": bench_svc.speed_estimates(session),
+        "bounds": number_bounds(settings),
     }
+
+
+def number_bounds(settings: SettingsDep) -> dict[str, dict[str, int | float]]:
+    """min/max of the form's numeric fields, from the API model's own bounds (and the steps setting)."""
+    bounds = {}
+    for name, prop in RunConfig.model_json_schema()["properties"].items():
+        limits = {k: prop[k] for k in ("minimum", "maximum") if k in prop}
+        if limits:
+            bounds[name] = limits
+    bounds["steps"]["maximum"] = min(bounds["steps"]["maximum"], settings.max_steps)
+    return bounds
 
 
 @router.get("/new", response_class=HTMLResponse)

@@ -67,6 +67,22 @@ def test_validation_errors_show_next_to_fields(site, page):
     shot(page, "new-run-errors")
 
 
+@pytest.mark.parametrize("field, value, why", [
+    ("steps", "-3", "Value must be greater than or equal to 1."),
+    ("steps", "", "a number is needed"),
+    ("batch_size", "5000", "Value must be less than or equal to 4096."),
+    ("grad_accum", "1.5", "Please enter a valid value. The two nearest valid values are 1 and 2."),
+])
+def test_estimate_only_for_values_that_would_be_accepted(site, page, field, value, why):
+    page.goto(f"{site.url}/new")
+    assert page.inner_text("#estimate").startswith("About 614,400 training tokens")  # tiny: 300 x 16 x 128
+    label = {"steps": "steps", "batch_size": "batch size", "grad_accum": "grad accumulation"}[field]
+    page.fill(f"input[name={field}]", value)
+    assert page.inner_text("#estimate") == f"No estimate until {label} is valid ({why})."
+    page.fill(f"input[name={field}]", "2")
+    assert page.inner_text("#estimate").startswith("About ")
+
+
 def test_sample_box_streams_text(site, page):
     import httpx
 

@@ -29,7 +29,16 @@ function setupNewRunForm() {
     $("#preset-info").textContent =
       `${preset.description} d_model ${preset.d_model}, ${preset.n_layers} layers, ${preset.n_heads} heads, ` +
       `context ${preset.context}, ${preset.params[arch].toLocaleString()} parameters (${arch}).`;
-    const steps = +field("steps").value, batch = +field("batch_size").value, accum = +field("grad_accum").value || 1;
+    // Only values the server would accept get an estimate (the inputs carry the API's min and max).
+    const sizes = ["steps", "batch_size", "grad_accum"].map(field);
+    const invalid = sizes.find((input) => input.value === "" || !input.checkValidity());
+    if (invalid) {
+      const label = invalid.closest("label").firstChild.textContent.trim().toLowerCase();
+      const why = invalid.value === "" ? "a number is needed" : invalid.validationMessage;
+      $("#estimate").textContent = `No estimate until ${label} is valid (${why}).`;
+      return;
+    }
+    const [steps, batch, accum] = sizes.map((input) => +input.value);
     const tokens = steps * batch * accum * preset.context;
     const ds = datasets.find((d) => d.name === field("dataset").value);
     let text = `About ${tokens.toLocaleString()} training tokens`;
