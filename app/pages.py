@@ -147,7 +147,31 @@ def run_page(run_id: RunId, request: Request, session: SessionDep) -> Response:
         return RedirectResponse(app_url(request, f"/benchmarks/{run_id}"), status_code=303)
     public = RunPublic.of(run)
     return render(request, "run.html", nav="runs", run=public, run_json=public.model_dump(mode="json"),
-                  samples=svc.run_samples(session, run_id=run_id))
+                  samples=svc.run_samples(session, run_id=run_id), config_rows=config_rows(public))
+
+
+def option_text(key: str, value: object, run: RunPublic) -> str:
+    """A run option as a person reads it: what None and booleans mean, and what ``auto`` resolved to."""
+    preset = PRESETS.get(str(run.config.get("preset")))
+    threads = (run.device_info or {}).get("threads")
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if key == "arch" and not value and preset is not None:
+        return f"preset default ({preset.default_arch})"
+    if key == "threads" and not value:
+        return f"PyTorch default ({threads} threads)" if threads else "PyTorch default"
+    if key == "precision" and value == "auto" and run.precision:
+        return f"auto → {run.precision}"
+    return "–" if value is None or value == "" else str(value)
+
+
+def config_rows(run: RunPublic) -> list[tuple[str, str]]:
+    """The run page's Config table: each option, then the device asked for and the one it ran on."""
+    rows = [(key, option_text(key, value, run)) for key, value in run.config.items()]
+    device = run.requested_device
+    if run.device and run.device != device:
+        device = f"{device} → {run.device}"
+    return [*rows, ("device", device)]
 
 
 @router.get("/compare", response_class=HTMLResponse)

@@ -7,7 +7,11 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
+import torch
+
+from tinygpt.device import cpu_prefers_bf16
 
 from .browser import needs_chromium, shot
 from .service_helpers import AppServer, Home, Worker, read_events, wait_for
@@ -81,6 +85,24 @@ def test_estimate_only_for_values_that_would_be_accepted(site, page, field, valu
     assert page.inner_text("#estimate") == f"No estimate until {label} is valid ({why})."
     page.fill(f"input[name={field}]", "2")
     assert page.inner_text("#estimate").startswith("About ")
+
+
+def test_run_page_config_says_what_options_mean_and_what_auto_resolved_to(site, page):
+    run = httpx.post(f"{site.url}/api/runs", json={"preset": "tiny", "device": "auto", "precision": "auto",
+                                                   "steps": 2, "batch_size": 2, "eval_every": 2}, timeout=30).json()[0]
+    wait_for(lambda: httpx.get(f"{site.url}/api/runs/{run['id']}", timeout=30).json()["status"] == "succeeded",
+             timeout=120, message="the run to succeed")
+    page.goto(f"{site.url}/runs/{run['id']}")
+    rows = dict(zip(page.locator("#config th").all_inner_texts(), page.locator("#config td").all_inner_texts(),
+                    strict=True))
+    threads = torch.get_num_threads()
+    assert rows["arch"] == "preset default (modern)"
+    assert rows["threads"] == f"PyTorch default ({threads} threads)"
+    assert rows["compile"] == "off" and rows["grad_checkpointing"] == "off" and rows["resume"] == "on"
+    assert rows["precision"] == f"auto → {'bf16' if cpu_prefers_bf16() else 'fp32'}"
+    assert rows["device"] == "auto → cpu"
+    assert "None" not in rows.values() and "True" not in rows.values() and "False" not in rows.values()
+    shot(page, "run-config")
 
 
 def test_sample_box_streams_text(site, page):
