@@ -27,7 +27,7 @@ def add_bind_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_worker_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices", help="comma-separated device slots, e.g. cpu,cuda:0 (default: the best device)")
-    p.add_argument("--name", help="worker name (default host:devices); must differ between workers of one host")
+    p.add_argument("--name", help="worker name (default HOST:PID); refused while another live worker holds it")
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,9 +55,14 @@ def run_app(args: argparse.Namespace) -> int:
 def run_worker_command(args: argparse.Namespace) -> int:
     from tinygpt.device import check_device_name
     from worker.main import run_worker
+    from worker.registry import WorkerNameInUse
 
     devices = [check_device_name(d) for d in args.devices.split(",")] if args.devices else None
-    run_worker(devices, args.name)
+    try:
+        run_worker(devices, args.name)
+    except WorkerNameInUse as exc:
+        print(f"tinygpt worker: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -159,6 +159,7 @@ class Run(SQLModel, table=True):
     precision: str | None = None
     params: int | None = None
     worker: str | None = None
+    worker_host: str | None = None
     pid: int | None = None
     attempt: int = 0
     cancel_requested: bool = False
@@ -175,6 +176,13 @@ class Run(SQLModel, table=True):
     tags: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     notes: str = ""
     group_id: str | None = Field(default=None, index=True)
+
+
+class RunWorkerPublic(SQLModel):
+    """Where a run ran: the worker's name and its machine's host name (the device is in ``device_info``)."""
+
+    name: str
+    host: str | None
 
 
 class RunPublic(SQLModel):
@@ -202,10 +210,12 @@ class RunPublic(SQLModel):
     notes: str
     group_id: str | None
     attempt: int
+    worker: RunWorkerPublic | None
 
     @classmethod
     def of(cls, run: Run) -> RunPublic:
         data: dict[str, Any] = run.model_dump()
+        data["worker"] = {"name": run.worker, "host": run.worker_host} if run.worker else None
         # progress: training steps, or for a benchmark the number of cells (known once it starts)
         data["steps"] = int(run.config.get("cells" if run.kind == RunKind.benchmark else "steps", 0))
         data["has_checkpoint"] = bool(run.checkpoint_path)
@@ -217,6 +227,22 @@ class RunsPage(SQLModel):
     total: int
     offset: int
     limit: int
+
+
+# -- workers ---------------------------------------------------------------------------------------
+class WorkerRecord(SQLModel, table=True):
+    """A worker process, registered while it runs: its name is unique among live workers, and its host
+    and pid tell whether it is still alive (see ``worker/registry.py``)."""
+
+    __tablename__ = "workers"
+
+    name: str = Field(primary_key=True)
+    host: str
+    pid: int
+    devices: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    started_at: datetime = Field(default_factory=utcnow)
+    heartbeat_at: datetime = Field(default_factory=utcnow)
+    stopped_at: datetime | None = None
 
 
 # -- metrics, samples, events -----------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from sqlmodel import col, select
 
 from tinygpt.presets import ARCHS, PRESETS, list_presets
@@ -42,27 +42,48 @@ def median_rates(session: SessionDep, run_ids: list[int]) -> dict[int, float]:
     return {k: statistics.median(v) for k, v in by_run.items()}
 
 
-def runs_context(session: SessionDep, status: str | None, device: str | None, tag: str | None) -> dict:
-    status_enum = RunStatus(status) if status in RunStatus.__members__ else None
-    page = svc.list_runs(session, status=status_enum, device=device or None, tag=tag or None, limit=500)
+RUNS_PER_PAGE = 50
+
+
+def runs_context(session: SessionDep, filters: RunFilters) -> dict:
+    status_enum = RunStatus(filters.status) if filters.status in RunStatus.__members__ else None
+    offset = (filters.page - 1) * RUNS_PER_PAGE
+    page = svc.list_runs(session, status=status_enum, device=filters.device or None, tag=filters.tag or None,
+                         worker=filters.worker or None, offset=offset, limit=RUNS_PER_PAGE)
     return {
         "runs": page.items,
+        "total": page.total,
+        "first": offset + 1,
+        "last": offset + len(page.items),
+        "newer": filters.page - 1 if filters.page > 1 else None,
+        "older": filters.page + 1 if offset + len(page.items) < page.total else None,
         "rates": median_rates(session, [r.id for r in page.items]),
-        "filters": {"status": status, "device": device, "tag": tag},
+        "filters": filters,
         "statuses": [s.value for s in RunStatus],
     }
 
 
+class RunFilters(BaseModel):
+    """The run list's filters and page (query parameters of ``/`` and ``/partials/runs``)."""
+
+    status: str | None = None
+    device: str | None = Field(default=None, max_length=50)
+    tag: str | None = Field(default=None, max_length=50)
+    worker: str | None = Field(default=None, max_length=200)
+    page: int = Field(default=1, ge=1, le=10**9)
+
+
+FiltersDep = Annotated[RunFilters, Query()]
+
+
 @router.get("/", response_class=HTMLResponse)
-def runs_page(request: Request, session: SessionDep, status: str | None = None, device: str | None = None,
-              tag: str | None = None) -> HTMLResponse:
-    return render(request, "runs.html", nav="runs", **runs_context(session, status, device, tag))
+def runs_page(request: Request, session: SessionDep, filters: FiltersDep) -> HTMLResponse:
+    return render(request, "runs.html", nav="runs", **runs_context(session, filters))
 
 
 @router.get("/partials/runs", response_class=HTMLResponse)
-def runs_partial(request: Request, session: SessionDep, status: str | None = None, device: str | None = None,
-                 tag: str | None = None) -> HTMLResponse:
-    return render(request, "_runs_table.html", **runs_context(session, status, device, tag))
+def runs_partial(request: Request, session: SessionDep, filters: FiltersDep) -> HTMLResponse:
+    return render(request, "_runs_table.html", **runs_context(session, filters))
 
 
 def form_context(session: SessionDep, settings: SettingsDep, values: dict, errors: dict) -> dict:

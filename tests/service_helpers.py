@@ -100,8 +100,11 @@ class AppServer(Proc):
 
 
 class Worker(Proc):
-    def __init__(self, home: Home, name: str, devices: str = "cpu") -> None:
-        super().__init__(["worker", "--devices", devices, "--name", name], home, f"worker-{name}")
+    """A ``tinygpt worker``; without a name it takes the default (``HOST:PID``)."""
+
+    def __init__(self, home: Home, name: str | None, devices: str = "cpu", log_name: str | None = None) -> None:
+        args = ["worker", "--devices", devices] + (["--name", name] if name else [])
+        super().__init__(args, home, f"worker-{log_name or name}")
 
 
 def read_events(url: str, *, last_event_id: int | None = None, timeout: float = 120, until_end: bool = True,

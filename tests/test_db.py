@@ -6,15 +6,16 @@ import subprocess
 import sys
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
-from sqlmodel import SQLModel
+from sqlmodel import Session, SQLModel, select
 
 from app import models  # noqa: F401
-from app.db import MIGRATIONS, engine_for, init_db
+from app.db import FIRST_REVISION, MIGRATIONS, engine_for, init_db
 from app.settings import Settings
 
 TABLES = {"runs", "metrics", "samples", "events", "datasets", "benchmark_results", "alembic_version"}
@@ -49,11 +50,21 @@ def test_the_models_and_the_migrations_agree(settings):
     assert diff == []
 
 
+def migrate_to(settings: Settings, revision: str) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine_for(settings.db_url).begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+
+
 def test_a_database_from_before_migrations_is_adopted_with_its_data(tmp_path):
+    """The first released schema (0001) without Alembic's table, as the version before migrations made it."""
     settings = Settings(home=tmp_path)
+    migrate_to(settings, FIRST_REVISION)
     legacy = create_engine(settings.db_url)
-    SQLModel.metadata.create_all(legacy)
     with legacy.begin() as conn:
+        conn.execute(text("DROP TABLE alembic_version"))
         conn.execute(text("INSERT INTO runs (name, kind, status, config, requested_device, attempt, "
                           "cancel_requested, created_at, last_step, tags, notes) VALUES ('old', 'train', 'succeeded', "
                           "'{}', 'cpu', 1, 0, '2026-01-01 00:00:00', 5, '[]', '')"))
@@ -62,6 +73,27 @@ def test_a_database_from_before_migrations_is_adopted_with_its_data(tmp_path):
     with engine.connect() as conn:
         assert conn.execute(text("SELECT name, last_step FROM runs")).all() == [("old", 5)]
         assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == head_revision()
+
+
+def test_runs_of_the_first_schema_upgrade_and_still_list(settings):
+    """A database at revision 0001 with a finished run: after the upgrade it lists, reads and compares."""
+    from app.models import Run
+    from app.services.runs import compare_runs, list_runs
+
+    migrate_to(settings, FIRST_REVISION)
+    with engine_for(settings.db_url).begin() as conn:
+        for name in ("cpu run", "gpu run"):
+            conn.execute(text("INSERT INTO runs (name, kind, status, config, requested_device, device, worker, "
+                              "attempt, cancel_requested, created_at, last_step, tags, notes) VALUES (:name, 'train', "
+                              "'succeeded', '{\"preset\": \"tiny\", \"steps\": 5}', 'cpu', 'cpu', 'vm:cpu', 1, "
+                              "false, '2026-01-01 00:00:00', 5, '[]', '')"), {"name": name})
+    init_db(settings)
+    with Session(engine_for(settings.db_url)) as session:
+        page = list_runs(session)
+        assert [(r.name, r.status, r.steps) for r in page.items] == [("gpu run", "succeeded", 5), ("cpu run", "succeeded", 5)]
+        assert page.items[0].worker.model_dump() == {"name": "vm:cpu", "host": None}
+        ids = [r.id for r in session.exec(select(Run)).all()]
+        assert [s["name"] for s in compare_runs(session, ids=ids)["runs"]] == ["cpu run", "gpu run"]
 
 
 def test_processes_starting_together_migrate_once(tmp_path):

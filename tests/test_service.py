@@ -513,7 +513,7 @@ settings = Settings(home=sys.argv[1], database_url=sys.argv[2])
 claimed = []
 while True:
     with session_scope(settings) as s:
-        run = claim_next(s, worker=sys.argv[3], slot="cpu")
+        run = claim_next(s, worker=sys.argv[3], host="test", slot="cpu")
         if run is None:
             break
         claimed.append(run.id)

@@ -2,6 +2,9 @@
 
     tinygpt worker [--devices cpu,cuda:0] [--name NAME]
 
+Each worker registers under a name no other live worker holds (default ``HOST:PID``; see
+``worker/registry.py``), and takes a run from another worker only when that one is provably gone.
+
 A crash or out-of-memory in a job kills only its child. On SIGTERM (or Ctrl-C) the
 worker asks its jobs to checkpoint, waits for them (they put their runs back in the
 queue) and exits. On start-up it marks crashed the runs it owned before (their jobs
@@ -12,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -28,6 +30,7 @@ from app.services.runs import set_status
 from app.settings import Settings, get_settings
 from tinygpt.device import resolve_device
 
+from . import registry
 from .queue import claim_next, reap_dead_runs
 
 log = logging.getLogger("worker")
@@ -57,7 +60,8 @@ class Worker:
     def __init__(self, settings: Settings, devices: list[str], name: str | None = None) -> None:
         self.settings = settings
         self.slots = [Slot(d) for d in devices]
-        self.name = name or f"{socket.gethostname()}:{','.join(devices)}"
+        self.name = name or registry.default_name()
+        self.host = registry.this_host()
         self.stopping = threading.Event()
         self.last_beat = 0.0
 
@@ -85,13 +89,17 @@ class Worker:
         slot.process, slot.run_id = None, None
 
     def beat(self) -> None:
-        """Heartbeat for the runs whose job process is alive (a job writes its own too, once it has started)."""
+        """This worker's heartbeat, and the runs' whose job process is alive (a job writes its own too,
+        once it has started)."""
         now = time.monotonic()
-        live = [slot.run_id for slot in self.slots if slot.process is not None and slot.process.poll() is None]
-        if not live or now - self.last_beat < self.settings.heartbeat_sec:
+        if now - self.last_beat < self.settings.heartbeat_sec:
             return
         self.last_beat = now
+        live = [slot.run_id for slot in self.slots if slot.process is not None and slot.process.poll() is None]
         with session_scope(self.settings) as s:
+            registry.beat(s, name=self.name)
+            if not live:
+                return
             s.exec(update(Run).where(col(Run.id).in_(live), col(Run.status) == RunStatus.running,  # type: ignore[call-overload]
                                      col(Run.worker) == self.name).values(heartbeat_at=utcnow()))
 
@@ -105,7 +113,7 @@ class Worker:
                 self.reap_child(slot)
             if slot.process is None and not self.stopping.is_set():
                 with session_scope(self.settings) as s:
-                    run = claim_next(s, worker=self.name, slot=slot.device)
+                    run = claim_next(s, worker=self.name, host=self.host, slot=slot.device)
                 if run is not None:
                     self.start_job(slot, run)
                     self.last_beat = 0.0
@@ -125,8 +133,15 @@ class Worker:
                 slot.process.wait()
             self.reap_child(slot)
 
-    def run(self) -> None:
+    def register(self) -> None:
+        """Take this worker's name (raises ``WorkerNameInUse`` while a live worker holds it)."""
         init_db(self.settings)
+        with session_scope(self.settings) as s:
+            registry.register(s, name=self.name, devices=[slot.device for slot in self.slots],
+                              stale_after_sec=self.settings.stale_after_sec)
+
+    def run(self) -> None:
+        """Serve until asked to stop (``register`` first)."""
         with session_scope(self.settings) as s:
             reaped = reap_dead_runs(s, worker=self.name, stale_after_sec=self.settings.stale_after_sec, own=True,
                                     max_attempts=self.settings.max_attempts)
@@ -140,6 +155,8 @@ class Worker:
                 log.exception("worker loop error; retrying")
             self.stopping.wait(self.settings.worker_poll_sec)
         self.shutdown()
+        with session_scope(self.settings) as s:
+            registry.unregister(s, name=self.name)
         log.info("worker %s stopped", self.name)
 
 
@@ -149,4 +166,5 @@ def run_worker(devices: list[str] | None = None, name: str | None = None) -> Non
     worker = Worker(get_settings(), devices or default_devices(), name)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: worker.stopping.set())
+    worker.register()
     worker.run()

@@ -9,14 +9,16 @@ locks and serialises writers, this is what decides): exactly one worker takes ea
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import or_, update
+from sqlalchemy import update
 from sqlmodel import Session, col, select
 
 from app.models import EventType, Run, RunStatus, utcnow
 from app.services.events import record_event
 from app.services.runs import run_summary, set_status
+
+from .registry import gone_owners
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +33,7 @@ def device_matches(slot: str) -> list[str]:
     return names
 
 
-def claim_next(session: Session, *, worker: str, slot: str) -> Run | None:
+def claim_next(session: Session, *, worker: str, host: str, slot: str) -> Run | None:
     candidates = session.exec(
         select(Run.id)
         .where(Run.status == RunStatus.queued, col(Run.requested_device).in_(device_matches(slot)))
@@ -44,7 +46,7 @@ def claim_next(session: Session, *, worker: str, slot: str) -> Run | None:
         result = session.exec(  # type: ignore[call-overload]
             update(Run)
             .where(col(Run.id) == run_id, col(Run.status) == RunStatus.queued)
-            .values(status=RunStatus.running, worker=worker, device=slot, started_at=now, heartbeat_at=now,
+            .values(status=RunStatus.running, worker=worker, worker_host=host, device=slot, started_at=now, heartbeat_at=now,
                     attempt=Run.attempt + 1, cancel_requested=False, error=None, finished_at=None)
         )
         if result.rowcount == 1:
@@ -60,18 +62,23 @@ def claim_next(session: Session, *, worker: str, slot: str) -> Run | None:
 def reap_dead_runs(
     session: Session, *, worker: str, stale_after_sec: float, own: bool, max_attempts: int = 3
 ) -> list[int]:
-    """Mark crashed the running runs whose job is gone; re-queue those whose ``resume`` is on.
+    """Mark crashed the running runs whose job is provably gone; re-queue those whose ``resume`` is on.
 
-    ``own=True`` (at worker start-up) takes every running run of this worker at once:
-    its jobs died with it. Otherwise only runs whose heartbeat is older than ``stale_after_sec``.
+    Gone: its heartbeat is older than ``stale_after_sec``, or its worker is (stopped, or its process
+    dead on this host: see :mod:`worker.registry`). ``own=True`` (at start-up under a name whose
+    previous holder is gone) also takes every running run of this worker name. A run whose job is
+    alive and beating is never taken, whoever else starts.
     """
     cutoff = utcnow() - timedelta(seconds=stale_after_sec)
-    stale = or_(col(Run.heartbeat_at) < cutoff, col(Run.heartbeat_at).is_(None))
-    cond = or_(Run.worker == worker, stale) if own else stale
-    runs = session.exec(select(Run).where(Run.status == RunStatus.running, cond)).all()
+    running = session.exec(select(Run).where(Run.status == RunStatus.running)).all()
+    gone = gone_owners(session, {r.worker for r in running if r.worker})
     reaped = []
-    for run in runs:
-        message = f"worker {run.worker} stopped hearing from the job (last heartbeat {run.heartbeat_at})"
+    for run in running:
+        stale = run.heartbeat_at is None or as_utc(run.heartbeat_at) < cutoff
+        if not (stale or run.worker in gone or (own and run.worker == worker)):
+            continue
+        why = "stopped hearing from the job" if stale else "is gone"
+        message = f"worker {run.worker} {why} (last heartbeat {run.heartbeat_at})"
         set_status(session, run, RunStatus.crashed, error=message, finished_at=utcnow(), pid=None)
         if run.config.get("resume", True) and run.attempt < max_attempts:
             set_status(session, run, RunStatus.queued, finished_at=None)
@@ -81,3 +88,8 @@ def reap_dead_runs(
         log.warning("run %s crashed: %s", run.id, message)
     session.commit()
     return reaped
+
+
+def as_utc(moment: datetime) -> datetime:
+    """SQLite hands datetimes back without their zone; they were written in UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

@@ -96,7 +96,8 @@ def check_threads(counts: list[int]) -> None:
 
 def run_summary(run: Run) -> dict:
     """What run-list events carry."""
-    return {"id": run.id, "name": run.name, "status": run.status, "device": run.device or run.requested_device}
+    return {"id": run.id, "name": run.name, "status": run.status, "device": run.device or run.requested_device,
+            "worker": run.worker, "worker_host": run.worker_host}
 
 
 def set_status(session: Session, run: Run, status: RunStatus, **fields: object) -> None:
@@ -149,24 +150,25 @@ def list_runs(
     device: str | None = None,
     tag: str | None = None,
     group: str | None = None,
+    worker: str | None = None,
     offset: int = 0,
     limit: int = 50,
 ) -> RunsPage:
+    """One page of runs, newest first; ``worker`` matches a worker's name or its host."""
+    stmt = runs_query(status=bool(status), device=bool(device), group=bool(group), worker=bool(worker))
+    params = {"status": status, "device": device, "group": group, "worker": worker, "offset": offset, "limit": limit}
     if tag:  # tags are a JSON list: filtered here, portable across SQLite and PostgreSQL
-        runs = [r for r in session.exec(runs_query(status=bool(status), device=bool(device), group=bool(group)),
-                                        params={"status": status, "device": device, "group": group}) if tag in (r.tags or [])]
+        runs = [r for r in session.exec(stmt, params=params) if tag in (r.tags or [])]
         total, page = len(runs), runs[offset : offset + limit]
     else:  # one page from the database, and a count
-        params = {"status": status, "device": device, "group": group, "offset": offset, "limit": limit}
-        stmt = runs_query(status=bool(status), device=bool(device), group=bool(group))
         total = session.exec(runs_count(stmt), params=params).one()
         page = list(session.exec(runs_page(stmt), params=params))
     return RunsPage(items=[RunPublic.of(r) for r in page], total=total, offset=offset, limit=limit)
 
 
 @lru_cache
-def runs_query(*, status: bool, device: bool, group: bool) -> Select:
-    """Runs, newest first, with the filters asked for as parameters (``status``, ``device``, ``group``)."""
+def runs_query(*, status: bool, device: bool, group: bool, worker: bool) -> Select:
+    """Runs, newest first, with the filters asked for as parameters (``status``, ``device``, ``group``, ``worker``)."""
     stmt = select(Run)
     if status:
         stmt = stmt.where(Run.status == bindparam("status"))
@@ -174,6 +176,8 @@ def runs_query(*, status: bool, device: bool, group: bool) -> Select:
         stmt = stmt.where((Run.device == bindparam("device")) | (Run.requested_device == bindparam("device")))
     if group:
         stmt = stmt.where(Run.group_id == bindparam("group"))
+    if worker:
+        stmt = stmt.where((Run.worker == bindparam("worker")) | (Run.worker_host == bindparam("worker")))
     return stmt.order_by(col(Run.id).desc())
 
 
@@ -277,6 +281,8 @@ def compare_runs(session: Session, *, ids: list[int]) -> dict:
             "id": run.id,
             "name": run.name,
             "device": run.device or run.requested_device,
+            "device_name": (run.device_info or {}).get("name"),
+            "worker": RunPublic.of(run).worker.model_dump() if run.worker else None,
             "precision": run.precision,
             "status": run.status,
             "final_train_loss": evals[-1].train_loss if evals else None,

@@ -82,6 +82,11 @@ function setupRunPage() {
 
   function setStatus(data) {
     state.status = data.status;
+    if (data.worker) {
+      const host = data.worker_host && !data.worker.includes(data.worker_host) ? ` on ${data.worker_host}` : "";
+      $("worker-desc").textContent = `worker ${data.worker}${host}`;
+      $("worker-desc").hidden = false;
+    }
     const badge = $("run-status");
     badge.textContent = data.status;
     badge.className = `status status-${data.status}`;

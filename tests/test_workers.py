@@ -1,0 +1,95 @@
+"""Several workers: each has its own identity, a name in use is refused, and a run is taken from its
+worker only when that worker is provably gone, never because another worker started.
+
+Real processes (app, workers, jobs) on SQLite and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from .service_helpers import ROOT, AppServer, Worker, read_events, wait_for
+from .test_service import create, make_home
+
+
+def status_history(app: AppServer, run_id: int) -> list[str]:
+    events = read_events(f"{app.url}/api/runs/{run_id}/events", timeout=300)
+    return [e["data"]["status"] for e in events if e["event"] == "status"]
+
+
+def test_more_workers_on_one_machine_never_take_a_healthy_run(tmp_path, slice_path, warm_cache, database_faults):
+    """The reported bug: a second `tinygpt worker` on the same machine took the first one's run for
+    crashed and started it again. Now two more workers start, one after another, while a run trains."""
+    home = make_home(tmp_path, slice_path, warm_cache, **database_faults)
+    app = AppServer(home)
+    workers = [Worker(home, None, log_name="first")]
+    try:
+        with app.client() as c:
+            run = create(c, steps=100, eval_every=50)
+            wait_for(lambda: c.get(f"/api/runs/{run['id']}").json()["last_step"] >= 5, timeout=120, message="step 5")
+            for name in ("second", "third"):
+                workers.append(Worker(home, None, log_name=name))
+                wait_for(lambda: "serving devices" in workers[-1].output(), timeout=60, message=f"the {name} worker")
+                time.sleep(1)  # a few of its polls, while the run trains
+            assert c.get(f"/api/runs/{run['id']}").json()["status"] == "running"  # still training meanwhile
+            more = [create(c, steps=2, eval_every=2) for _ in range(2)]
+            for r in [run, *more]:
+                assert status_history(app, r["id"]) == ["running", "succeeded"]  # claimed once, never crashed
+                final = c.get(f"/api/runs/{r['id']}").json()
+                assert final["attempt"] == 1 and final["worker"]["host"] == socket.gethostname()
+            names = {c.get(f"/api/runs/{r['id']}").json()["worker"]["name"] for r in [run, *more]}
+            assert all(n.startswith(f"{socket.gethostname()}:") for n in names)  # the default names: HOST:PID
+        for w in workers:
+            assert "crashed" not in w.output()
+    finally:
+        for w in workers:
+            w.stop()
+        app.stop()
+
+
+def test_a_name_held_by_a_live_worker_is_refused(tmp_path, slice_path, warm_cache, database_faults):
+    home = make_home(tmp_path, slice_path, warm_cache, **database_faults)
+    first = Worker(home, "lab")
+    try:
+        wait_for(lambda: "serving devices" in first.output(), timeout=60, message="the first worker")
+        second = subprocess.run([sys.executable, "-m", "app.cli", "worker", "--devices", "cpu", "--name", "lab"],
+                                cwd=ROOT, env=home.env(), capture_output=True, text=True, timeout=60)
+        assert second.returncode == 2
+        assert second.stderr.strip().splitlines()[-1] == (
+            f"tinygpt worker: error: worker name 'lab' is in use by a live worker (pid {first.popen.pid} on "
+            f"{socket.gethostname()}); stop it first, or give this one another --name")
+    finally:
+        assert first.stop() == 0
+    again = Worker(home, "lab")  # stopped: the name is free again
+    try:
+        wait_for(lambda: "serving devices" in again.output(), timeout=60, message="the name taken again")
+    finally:
+        again.stop()
+
+
+def test_the_runs_of_a_killed_worker_are_recovered_by_another_at_once(tmp_path, slice_path, warm_cache, database_faults):
+    """Its process is gone on this host: no need to wait for a stale heartbeat (set to 10 minutes here)."""
+    home = make_home(tmp_path, slice_path, warm_cache, TINYGPT_STALE_AFTER_SEC="600", **database_faults)
+    app = AppServer(home)
+    doomed = Worker(home, None, log_name="doomed")
+    rescuer = None
+    try:
+        with app.client() as c:
+            run = create(c, steps=60, eval_every=20)
+            wait_for(lambda: c.get(f"/api/runs/{run['id']}").json()["last_step"] >= 25, timeout=120, message="step 25")
+            doomed.signal(signal.SIGKILL)
+            doomed.popen.wait()
+            rescuer = Worker(home, None, log_name="rescuer")
+            assert status_history(app, run["id"]) == ["running", "crashed", "queued", "running", "succeeded"]
+            final = c.get(f"/api/runs/{run['id']}").json()
+            assert final["attempt"] == 2 and final["last_step"] == 60
+            assert final["worker"]["name"] == f"{socket.gethostname()}:{rescuer.popen.pid}"
+    finally:
+        doomed.stop()
+        if rescuer:
+            rescuer.stop()
+        app.stop()
