@@ -2,6 +2,11 @@
 
 The library's own commands (train, sample, ...) come from :mod:`tinygpt.cli`; this
 module only adds the ones that need the app and the worker.
+
+Stopping: from the first moment of ``serve``, ``app`` and ``worker`` (before torch is even
+imported), SIGTERM and Ctrl-C ask for an orderly stop (:data:`STOP`). uvicorn and the worker loop
+take the signals over while they run and hand them back; each command then exits 0 after its
+own shutdown: the app closes its streams, the worker has its jobs checkpoint and re-queue their runs.
 """
 
 from __future__ import annotations
@@ -11,15 +16,21 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 
-from tinygpt.cli import ExtraCommand
-from tinygpt.cli import main as tinygpt_main
+SERVICE_COMMANDS = ("serve", "app", "worker")
+STOP = threading.Event()  # set by SIGTERM / SIGINT once a service command starts
 
-from .settings import get_settings
+
+def stop_on_signals() -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: STOP.set())
 
 
 def add_bind_arguments(p: argparse.ArgumentParser) -> None:
+    from .settings import get_settings
+
     settings = get_settings()
     p.add_argument("--host", default=settings.host, help="address to bind (default %(default)s)")
     p.add_argument("--port", type=int, default=settings.port, help="port (default %(default)s)")
@@ -40,15 +51,20 @@ def run_app(args: argparse.Namespace) -> int:
 
     from .main import create_app
     from .security import BindError, check_bind
+    from .settings import get_settings
 
+    settings = get_settings()
     try:
-        check_bind(get_settings(), args.host)
+        check_bind(settings, args.host)
     except BindError as exc:
         print(f"tinygpt: error: {exc}", file=sys.stderr)
         return 2
-    settings = get_settings()
-    uvicorn.run(create_app(host=args.host), host=args.host, port=args.port, log_level="info",
-                root_path=settings.root_path, forwarded_allow_ips=settings.forwarded_allow_ips)
+    app = create_app(host=args.host)
+    if STOP.is_set():  # stopped while starting: nothing to shut down
+        print("tinygpt app: stopped before it started serving", file=sys.stderr)
+        return 0
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info", root_path=settings.root_path,
+                forwarded_allow_ips=settings.forwarded_allow_ips)
     return 0
 
 
@@ -59,7 +75,7 @@ def run_worker_command(args: argparse.Namespace) -> int:
 
     devices = [check_device_name(d) for d in args.devices.split(",")] if args.devices else None
     try:
-        run_worker(devices, args.name)
+        run_worker(devices, args.name, stop=STOP)
     except WorkerNameInUse as exc:
         print(f"tinygpt worker: error: {exc}", file=sys.stderr)
         return 2
@@ -67,32 +83,33 @@ def run_worker_command(args: argparse.Namespace) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """The app and one worker for this machine's devices, as two processes; Ctrl-C stops both."""
+    """The app and one worker for this machine's devices, as two processes; SIGTERM or Ctrl-C stops both."""
     worker_cmd = [sys.executable, "-m", "app.cli", "worker"]
     if args.devices:
         worker_cmd += ["--devices", args.devices]
     if args.name:
         worker_cmd += ["--name", args.name]
     worker = subprocess.Popen(worker_cmd, env=os.environ.copy(), start_new_session=True)
-    # uvicorn re-raises the SIGTERM it caught once it has shut down; with the default action that
-    # would end this process before `finally` stops the worker (left running, found by hand)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         return run_app(args)
     finally:
-        worker.send_signal(signal.SIGTERM)
+        worker.send_signal(signal.SIGTERM)  # its jobs checkpoint and go back to the queue
         worker.wait()
 
 
-EXTRA = [
-    ExtraCommand("serve", "start the dashboard app and a worker together", add_serve_arguments, run_serve),
-    ExtraCommand("app", "start the dashboard app (REST API, event streams, pages)", add_bind_arguments, run_app),
-    ExtraCommand("worker", "start a worker that runs queued jobs", add_worker_arguments, run_worker_command),
-]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    return tinygpt_main(argv, extra=EXTRA)
+    words = [w for w in (sys.argv[1:] if argv is None else argv) if not w.startswith("-")]
+    if words and words[0] in SERVICE_COMMANDS:
+        stop_on_signals()
+    from tinygpt.cli import ExtraCommand  # imports torch: after the signal handlers
+    from tinygpt.cli import main as tinygpt_main
+
+    extra = [
+        ExtraCommand("serve", "start the dashboard app and a worker together", add_serve_arguments, run_serve),
+        ExtraCommand("app", "start the dashboard app (REST API, event streams, pages)", add_bind_arguments, run_app),
+        ExtraCommand("worker", "start a worker that runs queued jobs", add_worker_arguments, run_worker_command),
+    ]
+    return tinygpt_main(argv, extra=extra)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from tinygpt.presets import list_presets
@@ -52,9 +53,13 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
         app.state.settings = settings
         app.state.hub = EventHub(settings)
         app.state.hub.start()
-        threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
+        warming = threading.Thread(target=warm_up, name="warm-up")
+        warming.start()
         yield
         await app.state.hub.stop()
+        # never leave torch working in a thread while the interpreter exits: its thread pool is then
+        # destroyed under it and the process aborts ("terminate called without an active exception")
+        await run_in_threadpool(warming.join)
 
     # the documentation pages and the schema are routes of our own (app/api_docs.py): offline, and guarded
     app = FastAPI(title="TinyGPT Dashboard", version="0.1.0", lifespan=lifespan, dependencies=[Depends(guard)],

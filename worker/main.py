@@ -56,6 +56,19 @@ def signal_description(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
+def exit_outcome(rc: int, *, stopping: bool) -> tuple[RunStatus, str | None]:
+    """What a job's exit means for its run when the job did not record an outcome itself."""
+    if stopping and rc == -signal.SIGTERM:
+        # this worker's SIGTERM landed before the job could handle it (while it started): back to the
+        # queue, to resume from its last checkpoint
+        return RunStatus.queued, None
+    if rc < 0:
+        name = signal_description(rc)
+        status = RunStatus.crashed if name in ("SIGKILL", "SIGSEGV", "SIGBUS", "SIGABRT") else RunStatus.failed
+        return status, f"job process killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
+    return RunStatus.failed, f"job process exited with code {rc}"
+
+
 class Worker:
     def __init__(self, settings: Settings, devices: list[str], name: str | None = None) -> None:
         self.settings = settings
@@ -78,14 +91,11 @@ class Worker:
             run = s.get(Run, slot.run_id)
             log.info("run %s: job exited with %s; run is %s", slot.run_id, rc, run.status if run else "gone")
             if run is not None and run.status == RunStatus.running and run.worker == self.name:
-                if rc < 0:
-                    name = signal_description(rc)
-                    status = RunStatus.crashed if name in ("SIGKILL", "SIGSEGV", "SIGBUS", "SIGABRT") else RunStatus.failed
-                    error = f"job process killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
-                else:
-                    status, error = RunStatus.failed, f"job process exited with code {rc}"
-                set_status(s, run, status, error=error, finished_at=utcnow(), pid=None)
-                log.warning("run %s: %s", run.id, error)
+                status, error = exit_outcome(rc, stopping=self.stopping.is_set())
+                finished = {} if status == RunStatus.queued else {"finished_at": utcnow()}
+                set_status(s, run, status, error=error, pid=None, **finished)
+                log.log(logging.INFO if error is None else logging.WARNING, "run %s: %s", run.id,
+                        error or "stopped while its job started; back in the queue")
         slot.process, slot.run_id = None, None
 
     def beat(self) -> None:
@@ -160,11 +170,17 @@ class Worker:
         log.info("worker %s stopped", self.name)
 
 
-def run_worker(devices: list[str] | None = None, name: str | None = None) -> None:
+def run_worker(devices: list[str] | None = None, name: str | None = None, stop: threading.Event | None = None) -> None:
+    """Serve until SIGTERM or Ctrl-C (or ``stop``, set by the command's own early signal handlers)."""
     # force: the `tinygpt` command has already set up logging at WARNING for the library commands
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker: %(levelname)s %(message)s", force=True)
     worker = Worker(get_settings(), devices or default_devices(), name)
+    if stop is not None:
+        worker.stopping = stop
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: worker.stopping.set())
+    if worker.stopping.is_set():
+        log.info("worker stopped before it started")
+        return
     worker.register()
     worker.run()
