@@ -18,6 +18,10 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tinygpt.cli import ExtraCommand
 
 SERVICE_COMMANDS = ("serve", "app", "worker")
 STOP = threading.Event()  # set by SIGTERM / SIGINT once a service command starts
@@ -101,15 +105,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = [w for w in (sys.argv[1:] if argv is None else argv) if not w.startswith("-")]
     if words and words[0] in SERVICE_COMMANDS:
         stop_on_signals()
-    from tinygpt.cli import ExtraCommand  # imports torch: after the signal handlers
-    from tinygpt.cli import main as tinygpt_main
+    from tinygpt.cli import main as tinygpt_main  # imports torch: after the signal handlers
 
-    extra = [
+    return tinygpt_main(argv, extra=extra_commands())
+
+
+def extra_commands() -> list[ExtraCommand]:
+    """The dashboard's subcommands, added to the library's ``tinygpt`` command."""
+    from tinygpt.cli import ExtraCommand
+
+    return [
         ExtraCommand("serve", "start the dashboard app and a worker together", add_serve_arguments, run_serve),
         ExtraCommand("app", "start the dashboard app (REST API, event streams, pages)", add_bind_arguments, run_app),
         ExtraCommand("worker", "start a worker that runs queued jobs", add_worker_arguments, run_worker_command),
     ]
-    return tinygpt_main(argv, extra=extra)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.cli import EXTRA
+from app.cli import extra_commands
 from tinygpt.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +29,7 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
 
 def parses_as_tinygpt(argv: list[str]) -> None:
     assert argv[0] == "tinygpt", argv
-    build_parser(EXTRA).parse_args(argv[1:])  # raises SystemExit on anything the command does not take
+    build_parser(extra_commands()).parse_args(argv[1:])  # raises SystemExit on anything the command does not take
 
 
 def test_default_services_are_app_and_cpu_worker_sharing_one_home_volume():

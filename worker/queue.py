@@ -71,7 +71,7 @@ def reap_dead_runs(
     """
     cutoff = utcnow() - timedelta(seconds=stale_after_sec)
     running = session.exec(select(Run).where(Run.status == RunStatus.running)).all()
-    gone = gone_owners(session, {r.worker for r in running if r.worker})
+    gone = gone_owners(session, {r.worker for r in running if r.worker}, me=worker)
     reaped = []
     for run in running:
         stale = run.heartbeat_at is None or as_utc(run.heartbeat_at) < cutoff

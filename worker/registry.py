@@ -48,9 +48,15 @@ def process_alive(pid: int) -> bool:
     return state != "Z"
 
 
-def is_gone(record: WorkerRecord, *, host: str) -> bool:
-    """Provably gone: it said it stopped, or it ran on this host and its process is dead."""
-    return record.stopped_at is not None or (record.host == host and not process_alive(record.pid))
+def is_gone(record: WorkerRecord, *, host: str, me: str | None = None) -> bool:
+    """Provably gone: it said it stopped, or it ran on this host and its process is dead (or is this very
+    process under another name: a container restarted, its pids starting over). ``me``: the caller's
+    own name, never gone."""
+    if record.stopped_at is not None:
+        return True
+    if record.name == me or record.host != host:
+        return False
+    return record.pid == os.getpid() or not process_alive(record.pid)
 
 
 def is_live(record: WorkerRecord, *, host: str, stale_after_sec: float) -> bool:
@@ -99,11 +105,11 @@ def unregister(session: Session, *, name: str) -> None:
         session.commit()
 
 
-def gone_owners(session: Session, names: set[str]) -> set[str]:
+def gone_owners(session: Session, names: set[str], *, me: str) -> set[str]:
     """Which of these workers are registered and provably gone (their running runs are orphans)."""
     host = this_host()
     records = session.exec(select(WorkerRecord).where(col(WorkerRecord.name).in_(names))).all()
-    return {r.name for r in records if is_gone(r, host=host)}
+    return {r.name for r in records if is_gone(r, host=host, me=me)}
 
 
 def forget_stopped(session: Session, *, older_than_days: float = 7) -> None:
