@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -11,7 +12,7 @@ import httpx
 import pytest
 import torch
 
-from tinygpt.device import cpu_prefers_bf16
+from tinygpt.device import cpu_name, cpu_prefers_bf16
 
 from .browser import needs_chromium, shot
 from .service_helpers import AppServer, Home, Worker, read_events, wait_for
@@ -102,6 +103,9 @@ def test_run_page_config_says_what_options_mean_and_what_auto_resolved_to(site, 
     assert rows["precision"] == f"auto → {'bf16' if cpu_prefers_bf16() else 'fp32'}"
     assert rows["device"] == "auto → cpu"
     assert "None" not in rows.values() and "True" not in rows.values() and "False" not in rows.values()
+    worker = httpx.get(f"{site.url}/api/runs/{run['id']}", timeout=30).json()["worker"]
+    assert worker == {"name": "pages", "host": socket.gethostname()}
+    assert page.inner_text("#worker-desc") == f"worker pages on {socket.gethostname()}"
     shot(page, "run-config")
 
 
@@ -141,6 +145,11 @@ def test_compare_page_for_two_runs(site, page):
     assert "Largest gap between the curves" in page.inner_text("#curve-gap")
     assert page.locator("#compare-chart canvas").count() == 1
     assert "device" in page.inner_text("table.config")
+    # where each ran: the worker (HOST:PID by default) and the device's name
+    workers = [httpx.get(f"{site.url}/api/runs/{r['id']}").json()["worker"] for r in pair]
+    worker_row = page.locator("table.compare tr", has=page.locator("th", has_text="worker")).locator("td")
+    assert worker_row.all_inner_texts() == [f"{w['name']} on {w['host']}" for w in workers]
+    assert cpu_name() in page.locator("table.compare tr", has=page.locator("th", has_text="device")).inner_text()
     shot(page, "compare")
 
 

@@ -21,7 +21,7 @@ from .browser import needs_chromium, open_page, shot
 from .reverse_proxy import self_signed_certificate
 from .service_helpers import ROOT, AppServer, Home, Worker, free_port
 
-pytestmark = needs_chromium
+pytestmark = [needs_chromium, pytest.mark.slow]  # 80 s: `make test-slow` (CI runs it)
 PREFIX = "/tinygpt"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import signal
+import socket
 import time
 
 import pytest
@@ -71,7 +72,8 @@ def test_run_end_to_end_through_the_event_stream(shared):
         assert final["status"] == "succeeded" and final["last_step"] == 30 and final["has_checkpoint"]
         assert final["device"] == "cpu" and final["precision"] == "fp32" and final["device_info"]["type"] == "cpu"
         assert final["best_step"] == 30 and final["best_val_loss"] > 0
-        assert "worker" not in final and "pid" not in final and "checkpoint_path" not in final  # internal fields
+        assert "pid" not in final and "checkpoint_path" not in final and "worker_host" not in final  # internal fields
+        assert final["worker"] == {"name": "shared", "host": socket.gethostname()}  # where it ran
 
         metrics = c.get(f"/api/runs/{run['id']}/metrics").json()
         assert [m["step"] for m in metrics] == [0, 10, 20, 30]

@@ -157,7 +157,8 @@ def started(proc: Proc, command: str) -> bool:
 
 
 @pytest.mark.parametrize("command", ["app", "worker"])
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)],
+                         ids=["SIGTERM", "Ctrl-C"])
 @pytest.mark.parametrize("when", ["importing", "just-started"])
 def test_app_and_worker_stopped_while_starting_exit_zero(tmp_path, slice_path, command, sig, when):
     home = Home(tmp_path, slice_path)

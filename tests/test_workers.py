@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from .service_helpers import ROOT, AppServer, Worker, read_events, wait_for
 from .test_service import create, make_home
 
@@ -71,6 +73,7 @@ def test_a_name_held_by_a_live_worker_is_refused(tmp_path, slice_path, warm_cach
         again.stop()
 
 
+@pytest.mark.slow  # 35 s: `make test-slow` (CI runs it); the SIGKILL fault tests recover under the same name
 def test_the_runs_of_a_killed_worker_are_recovered_by_another_at_once(tmp_path, slice_path, warm_cache, database_faults):
     """Its process is gone on this host: no need to wait for a stale heartbeat (set to 10 minutes here)."""
     home = make_home(tmp_path, slice_path, warm_cache, TINYGPT_STALE_AFTER_SEC="600", **database_faults)
