@@ -67,12 +67,17 @@ def wait_until_caught(home: Home, run_id: int, log: Proc, frame: str) -> None:
     pytest.fail(f"never caught the job in {frame}")
 
 
-def assert_requeued_with_its_checkpoint(home: Home, client: httpx.Client, run_id: int) -> int:
-    run = client.get(f"/api/runs/{run_id}").json()
-    assert run["status"] == "queued", run
-    if run["last_step"] > 0:  # the resume point: saved as it stopped (logged rows may lag it by < log_every)
-        assert read_checkpoint(out_dir(home, run_id) / "last.pt")["step"] >= run["last_step"]
-    return run["last_step"]
+def assert_requeued_with_its_checkpoint(home: Home, run_id: int) -> None:
+    """Read from the database itself, with nothing running (a next start would claim the run at once)."""
+    from app.db import session_scope
+    from app.models import Run
+    from app.settings import Settings
+
+    with session_scope(Settings(home=home.path, database_url=home.extra_env.get("TINYGPT_DATABASE_URL"))) as s:
+        run = s.get(Run, run_id)
+        assert run.status == "queued", (run.status, run.error)
+        if run.last_step > 0:  # the resume point: saved as it stopped (logged rows may lag it by < log_every)
+            assert read_checkpoint(out_dir(home, run_id) / "last.pt")["step"] >= run.last_step
 
 
 def assert_finished_by_the_next_start(url: str, client: httpx.Client, run_id: int, steps: int) -> None:
@@ -114,10 +119,10 @@ def test_serve_stops_cleanly_and_the_run_resumes(tmp_path, slice_path, warm_cach
         moment(home, c, run["id"], serve)
     assert stop_with(serve) == 0
     assert "Finished server process" in serve.output() and "stopped" in serve.output()
+    assert_requeued_with_its_checkpoint(home, run["id"])
     again = Serve(home)
     try:
         with again.client() as c:
-            assert_requeued_with_its_checkpoint(home, c, run["id"])
             assert_finished_by_the_next_start(again.url, c, run["id"], 12)
     finally:
         assert again.stop() == 0
@@ -137,7 +142,7 @@ def test_worker_stops_cleanly_mid_evaluation_and_mid_checkpoint(tmp_path, slice_
             wait_until_caught(home, run["id"], worker, frame)
             assert stop_with(worker) == 0
             assert "worker" in worker.output() and "stopped" in worker.output().splitlines()[-1]
-            assert_requeued_with_its_checkpoint(home, c, run["id"])
+            assert_requeued_with_its_checkpoint(home, run["id"])
             worker = Worker(home, None, log_name="second")
             assert_finished_by_the_next_start(app.url, c, run["id"], 9)
     finally:
