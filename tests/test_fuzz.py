@@ -20,6 +20,7 @@ from schemathesis.specs.openapi.checks import content_type_conformance, response
 from .service_helpers import AppServer, Home
 
 TOKEN = "fuzz-token-123456"
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
 RUN = {"preset": "tiny", "device": "cpu", "precision": "fp32", "batch_size": 4, "steps": 5, "eval_every": 5}
 
 pytestmark = pytest.mark.slow
@@ -53,7 +54,7 @@ OPERATIONS = [
 
 def test_the_fuzzed_operations_are_all_the_api(fuzzed_app):
     """Nothing new in the API escapes the fuzzing below (event streams left out on purpose)."""
-    schema = schemathesis.openapi.from_url(f"{fuzzed_app.url}/openapi.json")
+    schema = schemathesis.openapi.from_url(f"{fuzzed_app.url}/openapi.json", headers=BEARER)  # guarded too
     labels = sorted(op.ok().label for op in schema.get_all_operations())
     assert labels == sorted([*OPERATIONS, "GET /api/events", "GET /api/runs/{run_id}/events"])
 
@@ -61,18 +62,16 @@ def test_the_fuzzed_operations_are_all_the_api(fuzzed_app):
 @pytest.mark.parametrize("label", OPERATIONS)
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=["valid", "invalid"])
 def test_no_server_error_and_every_answer_matches_the_schema(fuzzed_app, label, mode):
-    schema = schemathesis.openapi.from_url(f"{fuzzed_app.url}/openapi.json")
+    schema = schemathesis.openapi.from_url(f"{fuzzed_app.url}/openapi.json", headers=BEARER)  # guarded too
     operation = schema.find_operation_by_label(label)
     assert operation is not None, label
     if mode == GenerationMode.NEGATIVE and not any(True for _ in operation.iter_parameters()) \
             and not operation.get_request_payload_content_types():
         pytest.skip("takes no input: nothing invalid to send")
-    headers = {"Authorization": f"Bearer {TOKEN}"}
-
     @given(case=operation.as_strategy(generation_mode=mode))
     @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     def check(case: schemathesis.Case) -> None:
-        case.call_and_validate(base_url=fuzzed_app.url, headers=headers, timeout=30,
+        case.call_and_validate(base_url=fuzzed_app.url, headers=BEARER, timeout=30,
                                checks=[not_a_server_error, response_schema_conformance, content_type_conformance])
 
     check()
