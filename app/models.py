@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import enum
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ValidationInfo, field_validator
+from pydantic import AfterValidator, ValidationInfo, create_model, field_validator
+from pydantic_core import PydanticCustomError
 from sqlalchemy import JSON, BigInteger, Column, Index, Text
 from sqlmodel import Field, SQLModel
 
 from tinygpt.device import check_device_name
+from tinygpt.options import Option
 from tinygpt.presets import ARCHS, PRESETS
+from tinygpt.train import OPTIONS
 
 
 def utcnow() -> datetime:
@@ -53,58 +56,56 @@ def check_arch(name: str | None) -> str | None:
 
 
 # -- runs -----------------------------------------------------------------------------------
-class RunConfig(SQLModel):
-    """The validated training options of a run (the JSON body of POST /api/runs, less name/tags/device)."""
+def option_field(spec: Option) -> tuple[Any, Any]:
+    """A pydantic field for a run option: its type, default and description, its bounds and choices in the
+    OpenAPI schema, and the library's own check (so a bad value gets the library's message, naming it)."""
 
-    preset: str
-    arch: str | None = None
-    dataset: str = "holmes"
-    precision: str = Field(default="auto", schema_extra={"enum": ["auto", "fp32", "bf16", "fp16"]})
-    steps: int = Field(default=1500, ge=1, le=10_000_000)
-    batch_size: int = Field(default=32, ge=1, le=4096)
-    lr: float = Field(default=1e-3, gt=0, le=1)
-    eval_every: int = Field(default=250, ge=1, le=10_000_000)
-    seed: int = Field(default=1337, ge=0, le=2**63 - 1)
-    threads: int | None = Field(default=None, ge=0, le=1024)
-    compile: bool = False
-    grad_accum: int = Field(default=1, ge=1, le=1024)
-    gpus: int = Field(default=1, ge=1, le=64, description="processes training together (DistributedDataParallel, "
-                      "launched by torchrun): one per GPU, or gloo processes on the CPU; the batch is split among them")
-    grad_checkpointing: bool = False
-    sample_prompt: str = Field(default="Holmes", max_length=1000)
-    resume: bool = True
+    def check(value: Any) -> Any:
+        try:
+            return spec.check(value)
+        except ValueError as exc:
+            raise PydanticCustomError("value_error", str(exc)) from None
 
-    @field_validator("preset")
-    @classmethod
-    def _known_preset(cls, v: str) -> str:
-        return check_preset(v)
+    kind = spec.kind | None if spec.none is not None else spec.kind
+    schema = {k: v for k, v in {"minimum": spec.ge, "exclusiveMinimum": spec.gt, "maximum": spec.le,
+                                "exclusiveMaximum": spec.lt, "enum": list(spec.choices) if spec.choices else None,
+                                "maxLength": spec.max_length, "x-group": spec.group, "x-unit": spec.unit,
+                                "x-advanced": spec.advanced or None}.items() if v is not None}
+    description = spec.help + (f" (unset: {spec.none})" if spec.none else "")
+    return Annotated[kind, AfterValidator(check)], Field(default=spec.default, description=description,
+                                                         schema_extra={"json_schema_extra": schema})
 
-    @field_validator("arch")
-    @classmethod
-    def _known_arch(cls, v: str | None) -> str | None:
-        return check_arch(v)
 
-    @field_validator("gpus")
-    @classmethod
-    def _batch_splits_evenly(cls, v: int, info: ValidationInfo) -> int:
-        batch = info.data.get("batch_size")
-        if batch is not None and batch % v:
-            raise ValueError(f"batch_size {batch} must divide evenly over {v} processes")
-        return v
+#: The run options of the API, one field per option of the library's declaration (tinygpt/train.py),
+#: less the two the dashboard decides (the corpus is a dataset; the device is the worker's slot).
+TRAINING_OPTIONS = {name: spec for name, spec in OPTIONS.items() if name != "device"}
 
-    @field_validator("precision")
-    @classmethod
-    def _known_precision(cls, v: str) -> str:
-        if v not in ("auto", "fp32", "bf16", "fp16"):
-            raise ValueError(f"unknown precision {v!r}; use auto, fp32, bf16 or fp16")
-        return v
 
-    @field_validator("dataset")
-    @classmethod
-    def _dataset_name(cls, v: str) -> str:
-        if not v or len(v) > 100:
-            raise ValueError("dataset name must be 1-100 characters")
-        return v
+def _batch_splits_evenly(v: int, info: ValidationInfo) -> int:
+    batch = info.data.get("batch_size")
+    if batch is not None and batch % v:
+        raise ValueError(f"batch_size {batch} must divide evenly over {v} processes")
+    return v
+
+
+def _dataset_name(v: str) -> str:
+    if not v or len(v) > 100:
+        raise ValueError("dataset name must be 1-100 characters")
+    return v
+
+
+RunConfig = create_model(  # the validated training options of a run (POST /api/runs less name, tags, device)
+    "RunConfig", __base__=SQLModel, __doc__="The validated training options of a run.",
+    __validators__={"gpus_split": field_validator("gpus")(_batch_splits_evenly),
+                    "dataset_name": field_validator("dataset")(_dataset_name)},
+    **{name: option_field(spec) for name, spec in TRAINING_OPTIONS.items()},
+    # what the dashboard adds to the library's options
+    dataset=(str, Field(default="holmes", description="a dataset's name (GET /api/datasets)")),
+    gpus=(int, Field(default=1, ge=1, le=64, description="processes training together (DistributedDataParallel, "
+                     "launched by torchrun): one per GPU, or gloo processes on the CPU; the batch is split among "
+                     "them")),
+    resume=(bool, Field(default=True, description="resume from the last checkpoint after a crash")),
+)
 
 
 class RunCreate(RunConfig):

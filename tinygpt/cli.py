@@ -26,6 +26,7 @@ from pathlib import Path
 from .checkpoint import CheckpointError
 from .data import CorpusError
 from .gutenberg import GUTENBERG_URL, DownloadError
+from .options import Option
 from .presets import ARCHS, PRESETS, UnknownPresetError
 from .tokenizer import TokenizerError
 
@@ -111,6 +112,44 @@ class ExtraCommand:
     run: Callable[[argparse.Namespace], int]
 
 
+def option_type(spec: Option) -> Callable[[str], object]:
+    """argparse type for a run option: its own parse and check, with the message every layer shows."""
+
+    def parse(text: str) -> object:
+        try:
+            return spec.parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = spec.name  # argparse names the type in some messages
+    return parse
+
+
+def option_help(spec: Option) -> str:
+    parts = [spec.help]
+    if spec.choices:
+        parts.append(f"one of {', '.join(spec.choices)}")
+    elif spec.range_text():
+        parts.append(spec.range_text())
+    parts.append(f"default: {spec.none}" if spec.default is None else f"default: {spec.default}")
+    return "; ".join(parts)
+
+
+def add_option_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per run option (:data:`tinygpt.train.OPTIONS`), in the declaration's groups."""
+    from .options import GROUPS
+    from .train import OPTIONS
+
+    groups = {name: parser.add_argument_group(f"{name} options") for name in GROUPS}
+    for spec in OPTIONS.values():
+        group = groups[spec.group]
+        if spec.kind is bool:
+            group.add_argument(spec.flag, action="store_true", help=option_help(spec))
+        else:
+            group.add_argument(spec.flag, type=option_type(spec), default=spec.default, metavar=spec.name.upper(),
+                               help=option_help(spec))
+
+
 def build_parser(extra: Sequence[ExtraCommand] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tinygpt", description="Train, sample and inspect tiny GPTs.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log more")
@@ -127,27 +166,10 @@ def build_parser(extra: Sequence[ExtraCommand] = ()) -> argparse.ArgumentParser:
     t.add_argument("--vocab-size", type=int, default=4096)
     t.add_argument("--out", required=True, type=Path)
 
-    p = sub.add_parser("train", help="train a model")
-    p.add_argument("--preset", choices=list(PRESETS), default="holmes")
-    p.add_argument("--arch", choices=list(ARCHS))
+    p = sub.add_parser("train", help="train a model", description="Train a model. The run options below are the "
+                       "dashboard's too (tinygpt/train.py declares each once).")
+    add_option_flags(p)
     p.add_argument("--corpus", type=Path, help="UTF-8 text file (default: the Holmes corpus)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N, mps or xla")
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
-    p.add_argument("--steps", type=positive_int, default=1500)
-    p.add_argument("--batch-size", type=positive_int, default=32)
-    p.add_argument("--lr", type=unit_float, default=1e-3)
-    p.add_argument("--warmup", type=non_negative_int, help="warmup steps (default min(200, steps/10))")
-    p.add_argument("--eval-every", type=positive_int, default=250)
-    p.add_argument("--log-every", type=positive_int, default=10)
-    p.add_argument("--grad-accum", type=positive_int, default=1)
-    p.add_argument("--grad-checkpointing", action="store_true")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model")
-    p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--threads", type=non_negative_int, help="CPU threads (default: PyTorch's)")
-    p.add_argument("--dropout", type=non_negative_float, help="override the preset's dropout")
-    p.add_argument("--vocab-size", type=positive_int, help="override the preset's vocabulary (and tokenizer) size")
-    p.add_argument("--sample-prompt", default="Holmes")
-    p.add_argument("--sample-every", type=non_negative_int, default=0)
     p.add_argument("--out", type=Path, required=True, help="run folder (metrics.csv, best.pt, config.json)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     p.add_argument("--no-progress", action="store_true", help="print a line per evaluation instead of a bar")
@@ -222,16 +244,10 @@ def cmd_train(args: argparse.Namespace, paths: Paths) -> int:
     from . import distributed
     from .distributed import dist_info
     from .progress import ProgressCallbacks
-    from .train import TrainConfig, Trainer
+    from .train import OPTIONS, TrainConfig, Trainer
 
     corpus = args.corpus or paths.holmes_corpus()
-    config = TrainConfig(
-        preset=args.preset, arch=args.arch, corpus=str(corpus), device=args.device, precision=args.precision,
-        steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup, eval_every=args.eval_every,
-        log_every=args.log_every, grad_accum=args.grad_accum, grad_checkpointing=args.grad_checkpointing,
-        compile=args.compile, seed=args.seed, threads=args.threads, dropout=args.dropout, vocab_size=args.vocab_size,
-        sample_prompt=args.sample_prompt, sample_every=args.sample_every,
-    )
+    config = TrainConfig(corpus=str(corpus), **{name: getattr(args, name) for name in OPTIONS})
     config.validate()
     if not corpus.exists() and args.corpus is None:
         raise CorpusError(f"no corpus at {corpus}; run `tinygpt data holmes` or pass --corpus PATH")

@@ -43,7 +43,8 @@ from .checkpoint import read_checkpoint, save_checkpoint
 from .data import Splits, encode_corpus, get_batch, load_or_train_tokenizer, read_corpus
 from .distributed import DistInfo, rank_device
 from .model import GPT, GPTConfig
-from .presets import model_config
+from .options import option, options_of
+from .presets import ARCHS, PRESETS, model_config
 from .sample import sample_text
 from .tokenizer import Tokenizer
 
@@ -52,56 +53,66 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainConfig:
-    """Everything that defines a training run. Ranges are checked by :meth:`validate`."""
+    """Everything that defines a training run, each option declared once (:mod:`tinygpt.options`):
+    its default, range or choices, help and group. :data:`OPTIONS` reads them back for every layer."""
 
-    preset: str = "holmes"
-    arch: str | None = None
-    corpus: str = ""
-    device: str = "auto"
-    precision: str = "auto"
-    steps: int = 1500
-    batch_size: int = 32
-    lr: float = 1e-3
-    min_lr_ratio: float = 0.1
-    warmup: int | None = None  # None: min(200, steps // 10)
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    grad_accum: int = 1
-    grad_checkpointing: bool = False
-    compile: bool = False
-    eval_every: int = 250
-    eval_batches: int = 20
-    log_every: int = 10
-    seed: int = 1337
-    threads: int | None = None
-    sample_prompt: str = "Holmes"
-    sample_tokens: int = 40
-    sample_temperature: float = 0.8
-    sample_every: int = 0  # 0: samples at step 0, mid-run and at the end only
-    vocab_size: int | None = None  # None: the preset's
-    dropout: float | None = None  # None: the preset's
+    # model
+    preset: str = option("holmes", "model size and suggested schedule", "model", choices=tuple(PRESETS))
+    arch: str | None = option(None, "architecture: positions, norm and MLP", "model",
+                              choices=tuple(ARCHS), none="the preset's")
+    vocab_size: int | None = option(None, "vocabulary (and tokenizer) size", "model", ge=256, le=65536,
+                                    unit="tokens", none="the preset's", advanced=True)
+    dropout: float | None = option(None, "dropout probability", "model", ge=0, lt=1, none="the preset's",
+                                   advanced=True)
+    # data and device
+    corpus: str = ""  # a file: the command line's --corpus, the dashboard's dataset
+    device: str = option("auto", "auto, cpu, cuda, cuda:N, mps or xla", "data and device")
+    precision: str = option("auto", "number format (auto: bf16 where it is faster, else fp32; fp16 on old GPUs)",
+                            "data and device", choices=dev.PRECISION_CHOICES)
+    seed: int = option(1337, "initialisation and batches: the same on every device", "data and device", ge=0,
+                       le=2**63 - 1)
+    threads: int | None = option(None, "CPU threads", "data and device", ge=0, le=1024, none="PyTorch's default",
+                                 advanced=True)
+    compile: bool = option(False, "torch.compile the model", "data and device", advanced=True)
+    grad_checkpointing: bool = option(False, "recompute activations in the backward pass (less memory)",
+                                      "data and device", advanced=True)
+    # optimisation
+    batch_size: int = option(32, "sequences per step", "optimisation", ge=1, le=4096, unit="sequences")
+    lr: float = option(1e-3, "peak learning rate (AdamW)", "optimisation", gt=0, le=1)
+    weight_decay: float = option(0.1, "AdamW weight decay on 2-D weights", "optimisation", ge=0, le=1,
+                                 advanced=True)
+    grad_clip: float = option(1.0, "gradient-norm clip", "optimisation", ge=0, le=1000, advanced=True)
+    grad_accum: int = option(1, "micro-batches per step (gradient accumulation)", "optimisation", ge=1, le=1024,
+                             advanced=True)
+    # schedule
+    steps: int = option(1500, "optimizer steps", "schedule", ge=1, le=10_000_000, unit="steps")
+    warmup: int | None = option(None, "linear warmup", "schedule", ge=0, le=10_000_000, unit="steps",
+                                none="min(200, steps / 10)", advanced=True)
+    min_lr_ratio: float = option(0.1, "cosine decay's floor, as a fraction of the peak", "schedule", ge=0, le=1,
+                                 advanced=True)
+    # evaluation and samples
+    eval_every: int = option(250, "evaluate (and checkpoint) every", "evaluation and samples", ge=1,
+                             le=10_000_000, unit="steps")
+    eval_batches: int = option(20, "batches per split in an evaluation", "evaluation and samples", ge=1, le=1000,
+                               advanced=True)
+    log_every: int | None = option(None, "log the training loss every", "evaluation and samples", ge=1,
+                                   le=10_000_000, unit="steps", none="min(10, eval_every)", advanced=True)
+    sample_prompt: str = option("Holmes", "prompt of the samples taken while training", "evaluation and samples",
+                                max_length=1000)
+    sample_every: int | None = option(None, "sample every (0: only at the start, middle and end)",
+                                      "evaluation and samples", ge=0, le=10_000_000, unit="steps",
+                                      none="every evaluation", advanced=True)
+    sample_tokens: int = option(40, "length of each sample", "evaluation and samples", ge=0, le=2000,
+                                unit="tokens", advanced=True)
+    sample_temperature: float = option(0.8, "temperature of the samples", "evaluation and samples", ge=0, le=10,
+                                       advanced=True)
 
     def validate(self) -> TrainConfig:
-        """Raise ValueError naming the first field out of range."""
-        positive = ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "log_every")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if not 0 < self.lr <= 1:
-            raise ValueError(f"lr must be in (0, 1], got {self.lr}")
-        if self.warmup is not None and self.warmup < 0:
-            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
-        if self.threads is not None and self.threads < 0:
-            raise ValueError(f"threads must be >= 0, got {self.threads}")
-        if self.dropout is not None and not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.vocab_size is not None and not 256 <= self.vocab_size <= 65536:
-            raise ValueError(f"vocab_size must be in [256, 65536], got {self.vocab_size}")
-        if self.sample_tokens < 0 or self.sample_every < 0:
-            raise ValueError("sample_tokens and sample_every must be >= 0")
+        """Raise ValueError naming the first option out of range (the messages of :mod:`tinygpt.options`)."""
+        for name, spec in OPTIONS.items():
+            setattr(self, name, spec.check(getattr(self, name)))
         dev.check_device_name(self.device)
-        dev.check_precision_name(self.precision)
-        self.model_config()  # unknown preset or arch
+        self.model_config()  # a preset and arch that make a model
         return self
 
     def model_config(self) -> GPTConfig:
@@ -115,16 +126,29 @@ class TrainConfig:
     def warmup_steps(self) -> int:
         return self.warmup if self.warmup is not None else min(200, self.steps // 10)
 
+    def log_interval(self) -> int:
+        return self.log_every or min(10, self.eval_every)
+
+    def sample_interval(self) -> int:
+        """0: samples only at step 0, mid-run and at the end."""
+        return self.eval_every if self.sample_every is None else self.sample_every
+
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> TrainConfig:
+        """A config from stored options (a run's, or config.json's): unknown keys are refused, missing
+        ones take their defaults, values are checked."""
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown training option(s): {', '.join(sorted(unknown))}")
-        return cls(**data)
+        return cls(**data).validate()
+
+
+#: Every run option, in declaration order: name -> :class:`tinygpt.options.Option`.
+OPTIONS = options_of(TrainConfig)
 
 
 @dataclass
@@ -480,7 +504,7 @@ class Trainer:
             self.state.step = step + 1
             self.state.tokens_seen += tokens_per_step
             is_eval = self.state.step % cfg.eval_every == 0 or self.state.step == cfg.steps
-            if not (is_eval or self.state.step % cfg.log_every == 0):
+            if not (is_eval or self.state.step % cfg.log_interval() == 0):
                 continue
             loss_sum = distributed.mean_over_ranks(loss_sum, self.dist)  # the global batch's loss
             if not self.dist.is_main:  # rank 0 evaluates, logs and samples; the others go on
@@ -566,8 +590,8 @@ class Trainer:
     def _sample_steps(self) -> set[int]:
         cfg = self.config
         steps = {0, cfg.steps // 2, cfg.steps}
-        if cfg.sample_every:
-            steps |= set(range(0, cfg.steps + 1, cfg.sample_every))
+        if cfg.sample_interval():
+            steps |= set(range(0, cfg.steps + 1, cfg.sample_interval()))
         return steps
 
     def _maybe_sample(self) -> None:

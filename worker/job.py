@@ -40,7 +40,7 @@ from tinygpt.bench import Cell, SweepConfig, plan, sweep
 from tinygpt.device import describe_device, is_out_of_memory, resolve_device
 from tinygpt.distributed import DistInfo, dist_info, torchrun_command
 from tinygpt.gutenberg import download_holmes
-from tinygpt.train import Callbacks, StepMetrics, TrainConfig, Trainer
+from tinygpt.train import OPTIONS, Callbacks, StepMetrics, TrainConfig, Trainer
 from tinygpt.train import Sample as TrainSample
 
 from .cancel import JobCancelled, cancel_interrupt
@@ -170,15 +170,11 @@ def failure_message(exc: BaseException, run: Run) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def train_config(run: Run, corpus: Path, device: str, threads: int | None) -> TrainConfig:
-    c = run.config
-    return TrainConfig(
-        preset=c["preset"], arch=c.get("arch"), corpus=str(corpus), device=device, precision=c["precision"],
-        steps=c["steps"], batch_size=c["batch_size"], lr=c["lr"], eval_every=c["eval_every"], seed=c["seed"],
-        threads=c.get("threads") or threads, compile=c["compile"], grad_accum=c["grad_accum"],
-        grad_checkpointing=c["grad_checkpointing"], sample_prompt=c["sample_prompt"],
-        sample_every=c["eval_every"], log_every=max(1, min(10, c["eval_every"])),
-    )
+def train_config(run: Run, corpus: Path) -> TrainConfig:
+    """The run's stored options are the declaration's own (``tinygpt.train.OPTIONS``): read back with a
+    check; the corpus file and the claimed device are the worker's."""
+    options = {name: value for name, value in run.config.items() if name in OPTIONS}
+    return TrainConfig.from_dict({**options, "corpus": str(corpus), "device": run.device or "auto"})
 
 
 def corpus_for(run: Run, settings: Settings) -> Path:
@@ -205,7 +201,7 @@ def finish(run_id: int, status: RunStatus, error: str | None, settings: Settings
 def run_training(run: Run, settings: Settings, callbacks: JobCallbacks, dist: DistInfo) -> bool:
     """Train (or resume) the run; True when it stopped early (preempted, or a distributed run cancelled)."""
     corpus = corpus_for(run, settings)
-    config = train_config(run, corpus, run.device or "auto", None)
+    config = train_config(run, corpus)
     try:
         trainer = Trainer(config, run.out_dir, callbacks=callbacks, cache_dir=settings.cache_dir,
                           resume=bool(run.config.get("resume", True)), dist=dist)
@@ -221,7 +217,7 @@ def run_training(run: Run, settings: Settings, callbacks: JobCallbacks, dist: Di
 
 def run_rank(run: Run, settings: Settings, dist: DistInfo) -> int:
     """A rank other than 0 of a distributed run: train its share; rank 0 reports and checkpoints."""
-    config = train_config(run, corpus_for(run, settings), run.device or "auto", None)
+    config = train_config(run, corpus_for(run, settings))
     try:
         Trainer(config, run.out_dir, cache_dir=settings.cache_dir, resume=bool(run.config.get("resume", True)),
                 dist=dist).run()
