@@ -12,9 +12,8 @@ from pydantic_core import PydanticCustomError
 from sqlalchemy import JSON, BigInteger, Column, Index, Text
 from sqlmodel import Field, SQLModel
 
-from tinygpt.device import check_device_name
+from tinygpt.device import check_device_name, check_precision_name
 from tinygpt.options import Option
-from tinygpt.presets import ARCHS, PRESETS
 from tinygpt.train import OPTIONS
 
 
@@ -41,18 +40,6 @@ FINISHED = {RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled, RunStatu
 class RunKind(enum.StrEnum):
     train = "train"
     benchmark = "benchmark"
-
-
-def check_preset(name: str) -> str:
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-    return name
-
-
-def check_arch(name: str | None) -> str | None:
-    if name is not None and name not in ARCHS:
-        raise ValueError(f"unknown architecture {name!r}; choose one of {', '.join(ARCHS)}")
-    return name
 
 
 # -- runs -----------------------------------------------------------------------------------
@@ -358,12 +345,12 @@ class BenchmarkCreate(SQLModel):
     @field_validator("preset")
     @classmethod
     def _known_preset(cls, v: str) -> str:
-        return check_preset(v)
+        return OPTIONS["preset"].check(v)
 
     @field_validator("arch")
     @classmethod
     def _known_arch(cls, v: str | None) -> str | None:
-        return check_arch(v)
+        return OPTIONS["arch"].check(v)
 
     @field_validator("device")
     @classmethod
@@ -381,8 +368,7 @@ class BenchmarkCreate(SQLModel):
     @classmethod
     def _precisions(cls, v: list[str] | None) -> list[str] | None:
         for p in v or []:
-            if p not in ("auto", "fp32", "bf16", "fp16"):
-                raise ValueError(f"unknown precision {p!r}; use auto, fp32, bf16 or fp16")
+            check_precision_name(p)
         return v
 
     @field_validator("threads")

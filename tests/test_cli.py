@@ -40,8 +40,9 @@ def test_info_lists_presets_and_devices():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["train", "--out", "x", "--steps", "-3"], "argument --steps: must be a positive integer, got -3"),
-    (["train", "--out", "x", "--preset", "huge"], "argument --preset: invalid choice: 'huge'"),
+    (["train", "--out", "x", "--steps", "-3"], "argument --steps: steps must be in [1, 10000000], got -3"),
+    (["train", "--out", "x", "--preset", "huge"],
+     "argument --preset: preset must be one of holmes, tiny, student, small; got 'huge'"),
     (["sample", "nope.pt"], "tinygpt sample: error: checkpoint not found: nope.pt"),
     (["train", "--out", "x", "--corpus", "missing.txt"], "tinygpt train: error: corpus file not found: missing.txt"),
     (["train", "--out", "x", "--device", "gpu"], "tinygpt train: error: unknown device 'gpu'"),

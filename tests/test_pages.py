@@ -66,8 +66,8 @@ def test_validation_errors_show_next_to_fields(site, page):
     page.fill("input[name=lr]", "5")
     page.click("button[type=submit]")
     page.wait_for_selector("#error-steps")
-    assert "greater than or equal to 1" in page.inner_text("#error-steps")
-    assert "less than or equal to 1" in page.inner_text("#error-lr")
+    assert page.inner_text("#error-steps") == "steps must be in [1, 10000000], got 0"  # the library's words
+    assert page.inner_text("#error-lr") == "lr must be in (0, 1], got 5.0"
     assert page.url.endswith("/new")
     shot(page, "new-run-errors")
 

@@ -142,3 +142,22 @@ def options_of(config_class: type) -> dict[str, Option]:
         default = None if f.default is MISSING else f.default
         out[f.name] = Option(name=f.name, kind=kind, default=default, **f.metadata["option"])
     return out
+
+
+def markdown_table(options: dict[str, Option]) -> str:
+    """The options as the README's table (``python -m tinygpt.options`` prints it)."""
+    rows = ["| option (`tinygpt train` flag) | group | default | accepts | what |", "|---|---|---|---|---|"]
+    for spec in options.values():
+        default = f"unset: {spec.none}" if spec.default is None else f"`{spec.default}`"
+        accepts = ("one of " + ", ".join(f"`{c}`" for c in spec.choices) if spec.choices else
+                   "on/off" if spec.kind is bool else
+                   " ".join(filter(None, [spec.range_text(), spec.unit])) or spec.kind.__name__)
+        advanced = " (advanced)" if spec.advanced else ""
+        rows.append(f"| `{spec.name}` (`{spec.flag}`) | {spec.group}{advanced} | {default} | {accepts} | {spec.help} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    from .train import OPTIONS
+
+    print(markdown_table(OPTIONS))
