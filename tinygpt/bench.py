@@ -112,14 +112,15 @@ def time_steps(config: SweepConfig, device: torch.device, precision: str, batch_
     mconf = model_config(config.preset, config.arch)
     torch.manual_seed(0)
     model = GPT(mconf).to(device)
-    optimizer = make_optimizer(model, TrainConfig(preset=config.preset, arch=config.arch), device)
+    train_config = TrainConfig(preset=config.preset, arch=config.arch)
+    optimizer = make_optimizer(model, train_config, device)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
     generator = torch.Generator().manual_seed(0)
 
     def step() -> None:
         x = torch.randint(mconf.vocab_size, (batch_size, mconf.context + 1), generator=generator).to(device)
         batch = (x[:, :-1], x[:, 1:])  # (B, T) inputs and next-token targets
-        train_step(model, optimizer, [batch], device=device, precision=precision, scaler=scaler)
+        train_step(model, optimizer, [batch], device=device, precision=precision, config=train_config, scaler=scaler)
 
     for _ in range(config.warmup):
         step()

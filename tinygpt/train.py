@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from . import device as dev
@@ -223,6 +224,15 @@ def lr_at(step: int, config: TrainConfig) -> float:
     return floor + 0.5 * (config.lr - floor) * (1 + math.cos(math.pi * progress))
 
 
+def training_loss(logits: torch.Tensor, targets: torch.Tensor, config: TrainConfig) -> torch.Tensor:
+    """The loss the optimizer minimises: next-token cross-entropy. (Evaluations measure the model's
+    own cross-entropy, so validation losses stay comparable whatever the training options.)
+
+    logits: (B, T, vocab); targets: (B, T).
+    """
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))  # mean over B*T
+
+
 def train_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -230,25 +240,26 @@ def train_step(
     *,
     device: torch.device,
     precision: str,
-    grad_accum: int = 1,
-    grad_clip: float = 1.0,
+    config: TrainConfig,
     scaler: torch.amp.GradScaler | None = None,
 ) -> torch.Tensor:
-    """One optimizer update over ``grad_accum`` micro-batches (x, y); returns the mean loss, detached.
+    """One optimizer update over ``config.grad_accum`` micro-batches (x, y); returns the mean loss, detached.
 
     The training loop and the hardware benchmark both run this, so a benchmark measures the
     step that training runs.
     """
+    grad_accum = config.grad_accum
     total = torch.zeros((), device=device)
     for x, y in batches:
         with dev.autocast(device, precision):
-            _, loss = model(x, y)
+            logits, _ = model(x)  # (B, T, vocab)
+            loss = training_loss(logits, y, config)
         loss = loss / grad_accum
         (scaler.scale(loss) if scaler else loss).backward()
         total += loss.detach().float()
     if scaler:
         scaler.unscale_(optimizer)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
     if scaler:
         scaler.step(optimizer)
         scaler.update()
@@ -553,7 +564,7 @@ class Trainer:
             for _ in range(cfg.grad_accum)
         )
         return train_step(self.forward_model, self.optimizer, batches, device=self.device, precision=self.precision,
-                          grad_accum=cfg.grad_accum, grad_clip=cfg.grad_clip, scaler=self.scaler)
+                          config=cfg, scaler=self.scaler)
 
     def _log(self, train_loss: float, val_loss: float | None, tokens_per_sec: float) -> StepMetrics:
         m = StepMetrics(
