@@ -8,11 +8,13 @@ import subprocess
 import sys
 
 import pytest
+import torch
+from torch.nn import functional as F
 
 from app.models import TRAINING_OPTIONS, RunCreate
 from tinygpt.cli import build_parser
 from tinygpt.options import Option, markdown_table
-from tinygpt.train import OPTIONS, TrainConfig
+from tinygpt.train import OPTIONS, TrainConfig, read_metrics_csv, train, training_loss
 
 from .service_helpers import ROOT
 
@@ -131,3 +133,27 @@ def test_the_readme_table_is_the_declaration():
     readme = (ROOT / "README.md").read_text()
     table = readme.split("<!-- options:start -->\n")[1].split("\n<!-- options:end -->")[0]
     assert table == markdown_table(OPTIONS), "regenerate it: python -m tinygpt.options"
+
+
+# -- label_smoothing: the first option added through the declaration alone ---------------------------
+def test_label_smoothing_known_answer():
+    """(1 - e) * cross-entropy + e * the mean of -log p over the vocabulary, by hand and by torch."""
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 5)  # (B, T, vocab)
+    targets = torch.randint(5, (2, 3))
+    log_p = logits.log_softmax(-1)
+    ce = -log_p.gather(-1, targets.unsqueeze(-1)).mean()
+    uniform = -log_p.mean(-1).mean()
+    for eps in (0.0, 0.1, 0.5):
+        loss = training_loss(logits, targets, TrainConfig(label_smoothing=eps))
+        assert torch.allclose(loss, (1 - eps) * ce + eps * uniform, atol=1e-6)
+        assert torch.allclose(loss, F.cross_entropy(logits.view(-1, 5), targets.view(-1), label_smoothing=eps))
+
+
+def test_label_smoothing_changes_training_but_not_evaluation(tiny_config, tmp_path):
+    rows = {}
+    for name, eps in (("plain", 0.0), ("smooth", 0.2)):
+        train(tiny_config(steps=4, eval_every=2, log_every=1, label_smoothing=eps), tmp_path / name)
+        rows[name] = {m.step: m for m in read_metrics_csv(tmp_path / name / "metrics.csv")}
+    assert rows["plain"][0].val_loss == rows["smooth"][0].val_loss  # the same model, the same evaluation
+    assert rows["smooth"][1].train_loss > rows["plain"][1].train_loss  # the uniform part, on the same logits

@@ -85,6 +85,8 @@ class TrainConfig:
     grad_clip: float = option(1.0, "gradient-norm clip", "optimisation", ge=0, le=1000, advanced=True)
     grad_accum: int = option(1, "micro-batches per step (gradient accumulation)", "optimisation", ge=1, le=1024,
                              advanced=True)
+    label_smoothing: float = option(0.0, "label smoothing of the training loss", "optimisation", ge=0, lt=1,
+                                    advanced=True)
     # schedule
     steps: int = option(1500, "optimizer steps", "schedule", ge=1, le=10_000_000, unit="steps")
     warmup: int | None = option(None, "linear warmup", "schedule", ge=0, le=10_000_000, unit="steps",
@@ -230,7 +232,8 @@ def training_loss(logits: torch.Tensor, targets: torch.Tensor, config: TrainConf
 
     logits: (B, T, vocab); targets: (B, T).
     """
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))  # mean over B*T
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1),  # mean over B*T
+                           label_smoothing=config.label_smoothing)
 
 
 def train_step(
