@@ -10,24 +10,48 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field, ValidationError
 from sqlmodel import col, select
 
-from tinygpt.presets import ARCHS, PRESETS, list_presets
+from tinygpt.options import GROUPS, Option
+from tinygpt.presets import PRESETS, list_presets
 
 from .deps import RunId, SessionDep, SettingsDep
 from .errors import AppError
-from .models import BenchmarkCreate, Metric, RunConfig, RunCreate, RunKind, RunPublic, RunStatus
+from .models import TRAINING_OPTIONS, BenchmarkCreate, Metric, RunCreate, RunKind, RunPublic, RunStatus
 from .services import benchmarks as bench_svc
 from .services import datasets as ds_svc
 from .services import runs as svc
+from .settings import Settings
 from .templating import app_url, render
 
 router = APIRouter(include_in_schema=False)
 
+#: The new-run form starts from the API's defaults (the declaration's), with the tiny preset's schedule.
 FORM_DEFAULTS: dict[str, Any] = {
-    "preset": "tiny", "arch": "", "dataset": "holmes", "device": "auto", "precision": "auto", "lr": 0.001,
-    "seed": 1337, "threads": None, "grad_accum": 1, "gpus": 1, "compile": False, "grad_checkpointing": False, "resume": True,
-    "sample_prompt": "Holmes", "name": "", "tags": [], **PRESETS["tiny"].training,
+    **{name: field.get_default(call_default_factory=True) for name, field in RunCreate.model_fields.items()},
+    "preset": "tiny", **PRESETS["tiny"].training,
 }
-CHECKBOXES = ("compile", "grad_checkpointing", "resume")
+CHECKBOXES = tuple(name for name, field in RunCreate.model_fields.items() if field.annotation is bool)
+NULLABLE = tuple(name for name, spec in TRAINING_OPTIONS.items() if spec.none is not None) + ("name",)
+
+
+def form_groups(settings: Settings) -> list[dict]:
+    """The form's fieldsets, one per group of the declaration: each option's input, advanced ones apart."""
+    max_steps = settings.max_steps
+    groups = []
+    for group in GROUPS:
+        fields = [form_field(spec, max_steps) for spec in TRAINING_OPTIONS.values() if spec.group == group]
+        groups.append({"name": group, "basic": [f for f in fields if not f["advanced"]],
+                       "advanced": [f for f in fields if f["advanced"]]})
+    return groups
+
+
+def form_field(spec: Option, max_steps: int) -> dict:
+    """How one option shows in the form: a select for choices, a checkbox for on/off, else a number or text."""
+    kind = "select" if spec.choices else "checkbox" if spec.kind is bool else "text" if spec.kind is str else "number"
+    maximum = min(spec.maximum, max_steps) if spec.name == "steps" and spec.maximum is not None else spec.maximum
+    return {"name": spec.name, "label": spec.name.replace("_", " ").capitalize(), "kind": kind, "help": spec.help,
+            "choices": spec.choices or (), "none": spec.none, "unit": spec.unit, "advanced": spec.advanced,
+            "min": spec.minimum, "max": maximum, "step": 1 if spec.kind is int else "any",
+            "maxlength": spec.max_length}
 
 
 def median_rates(session: SessionDep, run_ids: list[int]) -> dict[int, float]:
@@ -89,23 +113,12 @@ def runs_partial(request: Request, session: SessionDep, filters: FiltersDep) -> 
 def form_context(session: SessionDep, settings: SettingsDep, values: dict, errors: dict) -> dict:
     devices = list(svc.machine_devices())
     return {
-        "nav": "new", "values": values, "errors": errors, "presets": list_presets(), "archs": list(ARCHS),
+        "nav": "new", "values": values, "errors": errors, "presets": list_presets(),
         "datasets": ds_svc.list_datasets(session, settings=settings), "devices": devices,
         "gpu_available": any(d["device"].startswith("cuda") and d["available"] for d in devices),
         "max_upload_mb": settings.max_upload_mb, "speed_estimates": bench_svc.speed_estimates(session),
-        "bounds": number_bounds(settings),
+        "groups": form_groups(settings),
     }
-
-
-def number_bounds(settings: SettingsDep) -> dict[str, dict[str, int | float]]:
-    """min/max of the form's numeric fields, from the API model's own bounds (and the steps setting)."""
-    bounds = {}
-    for name, prop in RunConfig.model_json_schema()["properties"].items():
-        limits = {k: prop[k] for k in ("minimum", "maximum") if k in prop}
-        if limits:
-            bounds[name] = limits
-    bounds["steps"]["maximum"] = min(bounds["steps"]["maximum"], settings.max_steps)
-    return bounds
 
 
 @router.get("/new", response_class=HTMLResponse)
@@ -114,8 +127,7 @@ def new_run_page(request: Request, session: SessionDep, settings: SettingsDep,
     values = dict(FORM_DEFAULTS)
     if from_ is not None:  # "run again": the form prefilled from an earlier run
         run = svc.get_run(session, run_id=from_)
-        values.update(run.config, device=run.requested_device, name=f"{run.name} (again)", tags=run.tags,
-                      arch=run.config.get("arch") or "")
+        values.update(run.config, device=run.requested_device, name=f"{run.name} (again)", tags=run.tags)
     return render(request, "new.html", **form_context(session, settings, values, {}))
 
 
@@ -124,7 +136,7 @@ def parse_form(form: dict[str, Any]) -> dict[str, Any]:
     body: dict[str, Any] = {k: v for k, v in form.items() if isinstance(v, str)}
     for key in CHECKBOXES:
         body[key] = key in form
-    for key in ("arch", "threads", "name"):
+    for key in NULLABLE:  # empty: unset (the preset's, PyTorch's default, ...)
         if not body.get(key):
             body.pop(key, None)
     body["tags"] = [t.strip() for t in body.get("tags", "").split(",") if t.strip()]
@@ -137,7 +149,7 @@ def parse_form(form: dict[str, Any]) -> dict[str, Any]:
 async def create_from_form(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
     form = dict(await request.form())
     body = parse_form(form)
-    values = {**FORM_DEFAULTS, **body, "arch": body.get("arch", ""), "device": form.get("device", "auto")}
+    values = {**FORM_DEFAULTS, **body, "device": form.get("device", "auto")}
     try:
         create = RunCreate.model_validate(body)
         runs = svc.create_runs(session, body=create, settings=settings)
