@@ -7,14 +7,14 @@ import enum
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, ValidationInfo, create_model, field_validator
+from pydantic import AfterValidator, ValidationInfo, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from sqlalchemy import JSON, BigInteger, Column, Index, Text
 from sqlmodel import Field, SQLModel
 
 from tinygpt.device import check_device_name, check_precision_name
 from tinygpt.options import Option
-from tinygpt.train import OPTIONS
+from tinygpt.train import OPTIONS, TrainConfig
 
 
 def utcnow() -> datetime:
@@ -81,10 +81,20 @@ def _dataset_name(v: str) -> str:
     return v
 
 
+def _model_fits(config: SQLModel) -> SQLModel:
+    """Sizes that do not fit together (heads that do not divide d_model, ...): the library's message, naming both."""
+    try:
+        TrainConfig(**{name: getattr(config, name) for name in TRAINING_OPTIONS}).model_config()
+    except ValueError as exc:
+        raise PydanticCustomError("value_error", str(exc)) from None
+    return config
+
+
 RunConfig = create_model(  # the validated training options of a run (POST /api/runs less name, tags, device)
     "RunConfig", __base__=SQLModel, __doc__="The validated training options of a run.",
     __validators__={"gpus_split": field_validator("gpus")(_batch_splits_evenly),
-                    "dataset_name": field_validator("dataset")(_dataset_name)},
+                    "dataset_name": field_validator("dataset")(_dataset_name),
+                    "model_fits": model_validator(mode="after")(_model_fits)},
     **{name: option_field(spec) for name, spec in TRAINING_OPTIONS.items()},
     # what the dashboard adds to the library's options
     dataset=(str, Field(default="holmes", description="a dataset's name (GET /api/datasets)")),

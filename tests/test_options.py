@@ -19,8 +19,13 @@ from tinygpt.train import OPTIONS, TrainConfig, read_metrics_csv, train, trainin
 from .service_helpers import ROOT
 
 
+SIZES = {"d_model": 128, "n_heads": 8, "n_layers": 2, "context": 64}  # sizes that fit the default preset
+
+
 def good_value(spec: Option) -> object:
     """An accepted value other than the default."""
+    if spec.name in SIZES:
+        return SIZES[spec.name]
     if spec.kind is bool:
         return not spec.default
     if spec.choices:
@@ -157,3 +162,24 @@ def test_label_smoothing_changes_training_but_not_evaluation(tiny_config, tmp_pa
         rows[name] = {m.step: m for m in read_metrics_csv(tmp_path / name / "metrics.csv")}
     assert rows["plain"][0].val_loss == rows["smooth"][0].val_loss  # the same model, the same evaluation
     assert rows["smooth"][1].train_loss > rows["plain"][1].train_loss  # the uniform part, on the same logits
+
+
+# -- the model's size: options that override the preset -------------------------------------------
+def test_model_options_override_the_preset():
+    config = TrainConfig(preset="tiny", d_model=96, n_heads=6, n_layers=2, context=64, norm="layernorm").validate()
+    model = config.model_config()
+    assert (model.d_model, model.n_heads, model.n_layers, model.context, model.norm, model.mlp) == (
+        96, 6, 2, 64, "layernorm", "swiglu")  # the rest stays the preset's and its architecture's
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"d_model": 100, "n_heads": 3}, "d_model (100) must be divisible by n_heads (3)"),
+    ({"d_model": 96, "n_heads": 32}, "pos 'rope' needs an even head dimension: d_model (96) / n_heads (32) = 3"),
+])
+def test_sizes_that_do_not_fit_are_refused_naming_both(body, message):
+    with pytest.raises(ValueError) as lib:
+        TrainConfig(preset="tiny", **body).validate()
+    assert str(lib.value) == message
+    with pytest.raises(ValueError) as api:
+        RunCreate.model_validate({"preset": "tiny", **body})
+    assert [e["msg"] for e in api.value.errors()] == [message]

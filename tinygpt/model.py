@@ -47,7 +47,8 @@ class GPTConfig:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.pos == "rope" and (self.d_model // self.n_heads) % 2:
-            raise ValueError("rope needs an even head dimension")
+            raise ValueError(f"pos 'rope' needs an even head dimension: d_model ({self.d_model}) / n_heads "
+                             f"({self.n_heads}) = {self.d_model // self.n_heads}")
         for name, allowed in (("pos", ("rope", "learned")), ("norm", ("layernorm", "rmsnorm")), ("mlp", ("gelu", "swiglu"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")

@@ -32,6 +32,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import get_args
 
 import torch
 from torch import nn
@@ -43,7 +44,7 @@ from . import distributed
 from .checkpoint import read_checkpoint, save_checkpoint
 from .data import Splits, encode_corpus, get_batch, load_or_train_tokenizer, read_corpus
 from .distributed import DistInfo, rank_device
-from .model import GPT, GPTConfig
+from .model import GPT, GPTConfig, MlpKind, NormKind, PosKind
 from .options import option, options_of
 from .presets import ARCHS, PRESETS, model_config
 from .sample import sample_text
@@ -65,6 +66,20 @@ class TrainConfig:
                                     unit="tokens", none="the preset's", advanced=True)
     dropout: float | None = option(None, "dropout probability", "model", ge=0, lt=1, none="the preset's",
                                    advanced=True)
+    d_model: int | None = option(None, "width of the residual stream", "model", ge=8, le=4096, none="the preset's",
+                                 advanced=True)
+    n_layers: int | None = option(None, "transformer blocks", "model", ge=1, le=64, none="the preset's",
+                                  advanced=True)
+    n_heads: int | None = option(None, "attention heads (must divide d_model)", "model", ge=1, le=64,
+                                 none="the preset's", advanced=True)
+    context: int | None = option(None, "tokens the model sees at once", "model", ge=8, le=8192, unit="tokens",
+                                 none="the preset's", advanced=True)
+    pos: str | None = option(None, "positions", "model", choices=get_args(PosKind), none="the architecture's",
+                             advanced=True)
+    norm: str | None = option(None, "normalisation", "model", choices=get_args(NormKind),
+                              none="the architecture's", advanced=True)
+    mlp: str | None = option(None, "feed-forward block", "model", choices=get_args(MlpKind),
+                             none="the architecture's", advanced=True)
     # data and device
     corpus: str = ""  # a file: the command line's --corpus, the dashboard's dataset
     device: str = option("auto", "auto, cpu, cuda, cuda:N, mps or xla", "data and device")
@@ -119,11 +134,9 @@ class TrainConfig:
         return self
 
     def model_config(self) -> GPTConfig:
-        overrides: dict = {}
-        if self.vocab_size:
-            overrides["vocab_size"] = self.vocab_size
-        if self.dropout is not None:
-            overrides["dropout"] = self.dropout
+        """The preset in its architecture, with the model options that are set overriding it (ValueError
+        naming both fields for sizes that do not fit together)."""
+        overrides = {name: getattr(self, name) for name in MODEL_OVERRIDES if getattr(self, name) is not None}
         return model_config(self.preset, self.arch, **overrides)
 
     def warmup_steps(self) -> int:
@@ -149,6 +162,9 @@ class TrainConfig:
             raise ValueError(f"unknown training option(s): {', '.join(sorted(unknown))}")
         return cls(**data).validate()
 
+
+#: The options that override the preset's model (``GPTConfig`` fields of the same name).
+MODEL_OVERRIDES = ("vocab_size", "dropout", "d_model", "n_layers", "n_heads", "context", "pos", "norm", "mlp")
 
 #: Every run option, in declaration order: name -> :class:`tinygpt.options.Option`.
 OPTIONS = options_of(TrainConfig)
