@@ -18,7 +18,6 @@ from tinygpt.train import OPTIONS, TrainConfig, read_metrics_csv, train, trainin
 
 from .service_helpers import ROOT
 
-
 SIZES = {"d_model": 128, "n_heads": 8, "n_layers": 2, "context": 64}  # sizes that fit the default preset
 
 

@@ -13,6 +13,8 @@ import pytest
 import torch
 
 from tinygpt.device import cpu_name, cpu_prefers_bf16
+from tinygpt.presets import model_size
+from tinygpt.train import TrainConfig
 
 from .browser import needs_chromium, shot
 from .service_helpers import AppServer, Home, Worker, read_events, wait_for
@@ -39,7 +41,7 @@ def test_create_run_from_form_and_watch_it_finish(site, page):
     assert page.input_value("input[name=steps]") == "1500" and page.input_value("input[name=eval_every]") == "250"
     page.select_option("select[name=preset]", "tiny")  # the preset fills its suggested fields
     assert page.input_value("input[name=steps]") == "300" and page.input_value("input[name=batch_size]") == "16"
-    assert "475,712 parameters" in page.inner_text("#preset-info")
+    page.wait_for_function("document.querySelector('#preset-info').textContent.includes('475,712 parameters')")
     page.select_option("select[name=device]", "cpu")
     page.select_option("select[name=precision]", "fp32")
     for name, value in {"steps": "30", "batch_size": "4", "eval_every": "10", "seed": "7", "name": "<script>alert(1)</script>"}.items():
@@ -109,6 +111,20 @@ def test_run_page_config_says_what_options_mean_and_what_auto_resolved_to(site, 
     assert worker == {"name": "pages", "host": socket.gethostname()}
     assert page.inner_text("#worker-desc") == f"worker pages on {socket.gethostname()}"
     shot(page, "run-config")
+
+
+def test_model_size_options_show_parameters_and_memory_live(site, page):
+    page.goto(f"{site.url}/new")
+    page.click("#group-model details.advanced summary")
+    page.fill("input[name=d_model]", "96")
+    page.fill("input[name=n_heads]", "6")
+    expected = model_size(TrainConfig(preset="tiny", d_model=96, n_heads=6).model_config(), 16)
+    page.wait_for_function(f"document.querySelector('#preset-info').textContent.includes('{expected['params']:,} parameters')")
+    assert f"about {round(expected['memory_mib']):,} MiB to train" in page.inner_text("#preset-info")
+    page.fill("input[name=n_heads]", "7")
+    page.wait_for_function("document.querySelector('#preset-info').textContent.includes('must be divisible')")
+    assert "d_model (96) must be divisible by n_heads (7)" in page.inner_text("#preset-info")
+    page.js_errors[:] = [e for e in page.js_errors if "status of 422" not in e]
 
 
 def test_sample_box_streams_text(site, page):

@@ -91,6 +91,20 @@ def parameter_count(preset: str, arch: str | None = None) -> int:
         return GPT(model_config(preset, arch)).num_params()
 
 
+def model_size(config: GPTConfig, batch_size: int) -> dict:
+    """Parameters (built on the meta device: no memory, no time) and a rough fp32 training memory in MiB:
+    16 bytes a parameter (weights, gradients, AdamW's two moments) plus the activations kept for the
+    backward pass (Korthikanti et al. 2022: s·b·h·(34 + 5·a·s/h) bytes a layer in 16-bit, twice that in
+    fp32) and the logits with their gradient."""
+    import torch
+
+    with torch.device("meta"):
+        params = GPT(config).num_params()
+    b, s, h, a = batch_size, config.context, config.d_model, config.n_heads
+    activations = config.n_layers * s * b * h * (34 + 5 * a * s / h) * 2 + 2 * b * s * config.vocab_size * 4
+    return {"params": params, "memory_mib": round((16 * params + activations) / 2**20, 1)}
+
+
 def list_presets() -> list[dict]:
     """Every preset in every architecture, with its parameter count."""
     out = []

@@ -7,7 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Query, UploadFile
 from sqlalchemy import text
 
-from tinygpt.presets import list_presets
+from tinygpt.presets import list_presets, model_size
+from tinygpt.train import OPTIONS, TrainConfig
 
 from ..deps import SessionDep, SettingsDep
 from ..errors import Invalid
@@ -23,6 +24,32 @@ health_router = APIRouter(tags=["health"])
 async def presets() -> list[dict]:
     """Every preset with its sizes and parameter count per architecture."""
     return list_presets()
+
+
+@router.get("/model-size")
+async def model_size_of(
+    preset: Annotated[str, Query(max_length=50)] = "holmes",
+    batch_size: Annotated[int, Query(ge=1, le=4096)] = 32,
+    arch: Annotated[str | None, Query(max_length=50)] = None,
+    vocab_size: int | None = None, d_model: int | None = None, n_layers: int | None = None,
+    n_heads: int | None = None, context: int | None = None,
+    pos: Annotated[str | None, Query(max_length=50)] = None, norm: Annotated[str | None, Query(max_length=50)] = None,
+    mlp: Annotated[str | None, Query(max_length=50)] = None,
+) -> dict:
+    """Parameters and a rough training memory (MiB, fp32) of a preset with the model options given
+    overriding it: what the new-run form shows before a run starts. 422 names an option out of range."""
+    sizes = {"preset": preset, "arch": arch, "vocab_size": vocab_size, "d_model": d_model, "n_layers": n_layers,
+             "n_heads": n_heads, "context": context, "pos": pos, "norm": norm, "mlp": mlp}
+    for name, value in sizes.items():
+        try:
+            OPTIONS[name].check(value)
+        except ValueError as exc:
+            raise Invalid(str(exc), field=name) from None
+    try:
+        config = TrainConfig(**sizes).model_config()
+    except ValueError as exc:
+        raise Invalid(str(exc), field="d_model") from None
+    return model_size(config, batch_size)
 
 
 @router.get("/devices")

@@ -22,13 +22,28 @@ function setupNewRunForm() {
   const $ = (sel) => document.querySelector(sel);
   const field = (name) => document.querySelector(`#new-form [name="${name}"]`);
 
+  // The model as the options make it (the preset, overridden by the model fields that are set):
+  // parameters and a rough training memory, measured by the server from the same declaration.
+  let sizeRequest = 0;
+  async function showModelSize(preset) {
+    const query = new URLSearchParams({ preset: preset.name, batch_size: field("batch_size").value || 1 });
+    for (const name of ["arch", "vocab_size", "d_model", "n_layers", "n_heads", "context", "pos", "norm", "mlp"]) {
+      if (field(name) && field(name).value !== "") query.set(name, field(name).value);
+    }
+    const mine = ++sizeRequest;
+    const response = await fetch(TG.url("/api/model-size?" + query));
+    if (mine !== sizeRequest) return; // a newer change is on its way
+    const body = await response.json();
+    $("#preset-info").textContent = response.ok
+      ? `${preset.description} ${body.params.toLocaleString()} parameters; about ` +
+        `${Math.round(body.memory_mib).toLocaleString()} MiB to train at this batch size (fp32, rough).`
+      : `${preset.description} ${body.detail.map((d) => d.msg).join("; ")}.`;
+  }
+
   function update() {
     const preset = byName[field("preset").value];
     if (!preset) return;
-    const arch = field("arch").value || preset.default_arch;
-    $("#preset-info").textContent =
-      `${preset.description} d_model ${preset.d_model}, ${preset.n_layers} layers, ${preset.n_heads} heads, ` +
-      `context ${preset.context}, ${preset.params[arch].toLocaleString()} parameters (${arch}).`;
+    showModelSize(preset);
     // Only values the server would accept get an estimate (the inputs carry the API's min and max).
     const sizes = ["steps", "batch_size", "grad_accum"].map(field);
     const invalid = sizes.find((input) => input.value === "" || !input.checkValidity());
