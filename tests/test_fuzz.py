@@ -48,7 +48,7 @@ OPERATIONS = [
     "GET /api/runs/{run_id}/samples", "GET /api/runs/{run_id}/checkpoint", "POST /api/runs/{run_id}/sample",
     "GET /api/runs/{run_id}/neighbors", "POST /api/benchmarks", "GET /api/benchmarks", "GET /api/benchmarks/estimates",
     "GET /api/benchmarks/{run_id}", "GET /api/presets", "GET /api/devices", "GET /api/datasets",
-    "POST /api/datasets", "GET /api/compare", "GET /healthz",
+    "POST /api/datasets", "GET /api/compare", "GET /api/model-size", "GET /healthz",
 ]
 
 
