@@ -5,24 +5,29 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import Depends, Path
+from fastapi import Depends, Path, Request
 from sqlmodel import Session
 
 from .db import get_engine
-from .settings import Settings, get_settings
+from .settings import Settings
 
 
-async def get_session() -> AsyncIterator[Session]:
+def app_settings(request: Request) -> Settings:
+    """The settings the app was built with (``create_app``): one object for every route, page and stream."""
+    return request.app.state.settings
+
+
+async def get_session(request: Request) -> AsyncIterator[Session]:
     """One session per request. An async dependency on purpose: FastAPI closes a sync one in a
     worker thread, one close at a time, so under load the requests' connections wait on those
     closes while the threads wait for connections (the app stalled at 100 requests/s; closing
     here, on the event loop, hands a connection back at once)."""
-    with Session(get_engine(), expire_on_commit=False) as session:
+    with Session(get_engine(app_settings(request)), expire_on_commit=False) as session:
         yield session
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
-SettingsDep = Annotated[Settings, Depends(get_settings)]
+SettingsDep = Annotated[Settings, Depends(app_settings)]
 
 #: A run's id in a path: a positive 64-bit integer (anything else is a 422, never a database error).
 RunId = Annotated[int, Path(ge=1, le=2**63 - 1, description="a run's id")]

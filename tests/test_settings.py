@@ -26,3 +26,28 @@ def test_bad_setting_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("TINYGPT_PORT", "eighty")
     with pytest.raises(ValueError, match="port"):
         Settings()
+
+
+def test_an_app_built_with_its_own_settings_uses_them_everywhere(tmp_path, monkeypatch, slice_path):
+    """Routes, pages and streams read the settings the app was built with, not the environment's."""
+    from fastapi.testclient import TestClient
+    from sqlalchemy import text
+
+    from app.db import engine_for
+    from app.main import create_app
+    from app.settings import get_settings
+
+    monkeypatch.setenv("TINYGPT_HOME", str(tmp_path / "from-environment"))
+    get_settings.cache_clear()
+    try:
+        own = Settings(home=tmp_path / "own", holmes_path=slice_path)
+        with TestClient(create_app(own), base_url="http://127.0.0.1") as client:
+            created = client.post("/api/runs", json={"preset": "tiny", "device": "cpu", "steps": 2})
+            assert created.status_code == 201, created.text
+            assert client.get("/api/runs").json()["total"] == 1
+            assert "tiny-holmes" in client.get("/").text
+        with engine_for(own.db_url).connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM runs")).scalar() == 1
+        assert not (tmp_path / "from-environment" / "tinygpt.db").exists()
+    finally:
+        get_settings.cache_clear()

@@ -23,6 +23,7 @@ from ..errors import TooManyRequests
 from ..models import FINISHED, Event, EventType
 from ..services.events import RUN_LIST_TYPES, list_events_after, run_events_after
 from ..services.runs import get_run
+from ..settings import Settings
 
 router = APIRouter(prefix="/api", tags=["events"])
 
@@ -40,9 +41,9 @@ def as_sse(event: Event) -> dict:
 DB_PAGE = 1000
 
 
-def fetcher(query: Callable[..., list[Event]], **kwargs: object) -> Callable[[int], list[Event]]:
+def fetcher(settings: Settings, query: Callable[..., list[Event]], **kwargs: object) -> Callable[[int], list[Event]]:
     def fetch(after: int) -> list[Event]:
-        with Session(get_engine()) as s:
+        with Session(get_engine(settings)) as s:
             return query(s, after_id=after, limit=DB_PAGE, **kwargs)
 
     return fetch
@@ -133,8 +134,8 @@ def open_stream(request: Request, events: AsyncIterator[dict]) -> EventSourceRes
                                background=BackgroundTask(slot.release))
 
 
-def check_run_exists(run_id: RunId) -> None:
-    with Session(get_engine()) as s:
+def check_run_exists(run_id: RunId, settings: Settings) -> None:
+    with Session(get_engine(settings)) as s:
         get_run(s, run_id=run_id)  # 404 for an unknown run
 
 
@@ -146,8 +147,8 @@ async def run_events(
 
     (No session dependency here: a stream would hold its database connection for as long as it is open.)
     """
-    await run_in_threadpool(check_run_exists, run_id)
-    fetch = fetcher(run_events_after, run_id=run_id)
+    await run_in_threadpool(check_run_exists, run_id, request.app.state.settings)
+    fetch = fetcher(request.app.state.settings, run_events_after, run_id=run_id)
     gen = stream(request, fetch, lambda e: e.run_id == run_id, parse_last_id(last_event_id, after), ends=True)
     return open_stream(request, gen)
 
@@ -157,6 +158,6 @@ async def all_events(
     request: Request, last_event_id: Annotated[str | None, Header()] = None, after: int | None = None,
 ) -> EventSourceResponse:
     """Run-list changes: ``created`` and ``status`` events of every run."""
-    fetch = fetcher(list_events_after)
+    fetch = fetcher(request.app.state.settings, list_events_after)
     keep = lambda e: e.type in RUN_LIST_TYPES  # noqa: E731
     return open_stream(request, stream(request, fetch, keep, parse_last_id(last_event_id, after), ends=False))
