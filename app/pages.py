@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field, ValidationError
 from sqlmodel import col, select
+from starlette.concurrency import run_in_threadpool
 
 from tinygpt.options import GROUPS, Option
 from tinygpt.presets import PRESETS, list_presets
@@ -152,7 +153,8 @@ async def create_from_form(request: Request, session: SessionDep, settings: Sett
     values = {**FORM_DEFAULTS, **body, "device": form.get("device", "auto")}
     try:
         create = RunCreate.model_validate(body)
-        runs = svc.create_runs(session, body=create, settings=settings)
+        # the writes may wait for SQLite's write lock: in a worker thread, never on the event loop
+        runs = await run_in_threadpool(lambda: svc.create_runs(session, body=create, settings=settings))
     except ValidationError as exc:
         errors = {str(e["loc"][0]) if e["loc"] else "_": e["msg"].removeprefix("Value error, ") for e in exc.errors()}
         return render(request, "_new_form.html", 422, **form_context(session, settings, values, errors))
@@ -259,8 +261,8 @@ async def create_benchmark_from_form(request: Request, session: SessionDep, sett
     form = dict(await request.form())
     values = {**BENCHMARK_FORM_DEFAULTS, **{k: v for k, v in form.items() if isinstance(v, str)}}
     try:
-        run = bench_svc.create_benchmark(session, body=BenchmarkCreate.model_validate(parse_benchmark_form(form)),
-                                         settings=settings)
+        body = BenchmarkCreate.model_validate(parse_benchmark_form(form))
+        run = await run_in_threadpool(lambda: bench_svc.create_benchmark(session, body=body, settings=settings))
     except ValidationError as exc:
         errors = {str(e["loc"][0]) if e["loc"] else "_": e["msg"].removeprefix("Value error, ") for e in exc.errors()}
         return render(request, "_benchmark_form.html", 422, **benchmark_form_context(values, errors))

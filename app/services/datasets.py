@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from sqlmodel import Session, col, select
+from starlette.concurrency import run_in_threadpool
 
 from ..errors import Invalid, NotFound, TooLarge
 from ..models import Dataset
@@ -82,6 +83,10 @@ def list_datasets(session: Session, *, settings: Settings) -> list[dict]:
     return [{**r.model_dump(mode="json", exclude={"id", "path"}), "available": Path(r.path).exists()} for r in rows]
 
 
+def dataset_exists(session: Session, name: str) -> bool:
+    return session.exec(select(Dataset.id).where(Dataset.name == name)).first() is not None
+
+
 async def upload_dataset(session: Session, *, name: str, source: AsyncReadable, settings: Settings) -> Dataset:
     """Stream an upload to disk, checking size and UTF-8 as it arrives; nothing is kept on failure."""
     if not NAME_RE.match(name) or name == HOLMES:
@@ -89,7 +94,7 @@ async def upload_dataset(session: Session, *, name: str, source: AsyncReadable, 
             "dataset name must be 1-64 letters, digits, '.', '_' or '-', start with a letter or digit, and not be 'holmes'",
             field="name",
         )
-    if session.exec(select(Dataset.id).where(Dataset.name == name)).first() is not None:
+    if await run_in_threadpool(dataset_exists, session, name):
         raise Invalid(f"a dataset named {name!r} already exists", field="name")
     limit = int(settings.max_upload_mb * 1_000_000)
     settings.datasets_dir.mkdir(parents=True, exist_ok=True)
@@ -125,6 +130,11 @@ async def upload_dataset(session: Session, *, name: str, source: AsyncReadable, 
         tmp.unlink(missing_ok=True)
         raise
     ds = Dataset(name=name, sha256=digest.hexdigest(), bytes=size, chars=chars, path=str(final))
+    # the write may wait for SQLite's write lock: in a worker thread, never on the event loop
+    return await run_in_threadpool(save_dataset, session, ds)
+
+
+def save_dataset(session: Session, ds: Dataset) -> Dataset:
     session.add(ds)
     session.commit()
     session.refresh(ds)
