@@ -297,6 +297,8 @@ class EventType(enum.StrEnum):
     metric = "metric"
     sample = "sample"
     log = "log"
+    resolved = "resolved"  # what a run's job resolved: device, its description, precision, parameters
+    best_checkpoint = "best_checkpoint"  # a new best checkpoint: step and validation loss
 
 
 class Event(SQLModel, table=True):

@@ -66,6 +66,12 @@ def test_run_end_to_end_through_the_event_stream(shared):
         assert statuses == ["running", "succeeded"]
         metric_steps = [e["data"]["step"] for e in events if e["event"] == "metric"]
         assert metric_steps == [0, 10, 20, 30]  # log_every = min(10, eval_every)
+        # typed events for what the page shows: what the job resolved, and each new best checkpoint
+        [resolved] = [e["data"] for e in events if e["event"] == "resolved"]
+        assert (resolved["device"], resolved["precision"], resolved["start_step"]) == ("cpu", "fp32", 0)
+        assert resolved["params"] == 475_712 and resolved["device_info"]["type"] == "cpu"
+        bests = [(e["data"]["step"], e["data"]["val_loss"]) for e in events if e["event"] == "best_checkpoint"]
+        assert [step for step, _ in bests] == [10, 20, 30] and [v for _, v in bests] == sorted(v for _, v in bests)[::-1]
         assert {e["data"]["step"] for e in events if e["event"] == "sample"} == {0, 10, 20, 30}
 
         final = c.get(f"/api/runs/{run['id']}").json()

@@ -81,6 +81,9 @@ class JobCallbacks(Callbacks):
             run.last_step = start
             s.add(run)
             verb = f"resumed at step {start}" if info["resumed"] else "started"
+            record_event(s, run_id=self.run_id, type=EventType.resolved,
+                         data={"device": info["device"], "device_info": info["device_info"],
+                               "precision": info["precision"], "params": info["params"], "start_step": start})
             record_event(s, run_id=self.run_id, type=EventType.log,
                          data={"message": f"{verb} on {info['device']} ({info['device_info'].get('name')}), "
                                           f"{info['precision']}, {info['params']:,} parameters"})
@@ -110,6 +113,8 @@ class JobCallbacks(Callbacks):
             run.best_val_loss = self.last_eval.val_loss
             run.best_step = self.last_eval.step
             s.add(run)
+            record_event(s, run_id=self.run_id, type=EventType.best_checkpoint,
+                         data={"step": run.best_step, "val_loss": run.best_val_loss})
             record_event(s, run_id=self.run_id, type=EventType.log,
                          data={"message": f"best checkpoint at step {run.best_step} (val {run.best_val_loss:.4f})"})
 

@@ -135,9 +135,16 @@ function setupRunPage() {
     if (!fresh(e)) return;
     const d = JSON.parse(e.data);
     addListItem("log", [["span", d.message]]);
-    const started = d.message.match(/^(?:started|resumed at step \d+) on (.*)$/);
-    if (started) $("device-desc").textContent = started[1];
-    if (d.message.startsWith("best checkpoint")) $("ckpt-link").hidden = false;
+  });
+  source.addEventListener("resolved", (e) => { // what the job resolved: device, precision, size
+    if (!fresh(e)) return;
+    const d = JSON.parse(e.data);
+    const name = d.device_info && d.device_info.name ? ` · ${d.device_info.name}` : "";
+    $("device-desc").textContent = `${d.device}${name} · ${d.precision} · ${d.params.toLocaleString()} parameters`;
+  });
+  source.addEventListener("best_checkpoint", (e) => {
+    if (!fresh(e)) return;
+    $("ckpt-link").hidden = false;
   });
   source.addEventListener("status", (e) => {
     if (!fresh(e)) return;
