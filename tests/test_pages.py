@@ -431,3 +431,30 @@ def test_redoc_renders_offline(site, page):
     # does not load: the only request it makes off this machine, and nothing depends on it
     assert tried in ([], [REDOC_LOGO]), f"requests off this machine: {tried}"
     page.js_errors[:] = [e for e in page.js_errors if "ERR_INTERNET_DISCONNECTED" not in e]
+
+
+def test_the_form_has_an_input_per_option_and_shows_each_refusal_next_to_it(site, page):
+    """Every option of the declaration has its input; a bad value in each comes back with the library's
+    message beside its field (one submission: the server reports every field at once)."""
+    from tinygpt.train import OPTIONS
+
+    from .test_options import REFUSABLE, bad_message, bad_value
+
+    page.goto(f"{site.url}/new")
+    for name in OPTIONS:
+        if name != "device":  # the device is the dashboard's own select of this machine's devices
+            assert page.locator(f"#new-form [name={name}]").count() == 1, name
+    bad = {spec.name: str(bad_value(spec)) for spec in REFUSABLE if spec.name != "device"}
+    page.evaluate("""(bad) => {
+      for (const [name, value] of Object.entries(bad)) {
+        const input = document.querySelector(`#new-form [name=${name}]`);
+        if (input.tagName === "SELECT") input.add(new Option(value, value));  // what no select offers
+        input.value = value;
+      }
+    }""", bad)
+    page.click("#new-form button[type=submit]")
+    page.wait_for_selector("#error-steps")
+    for spec in REFUSABLE:
+        if spec.name != "device":
+            assert page.inner_text(f"#error-{spec.name}") == bad_message(spec), spec.name
+    shot(page, "new-run-every-error")
