@@ -333,7 +333,7 @@ def test_benchmark_run_end_to_end(shared):
     ({"batch_sizes": []}, "batch_sizes", "at least 1 item"),
     ({"precisions": ["fp8"]}, "precisions", "unknown precision 'fp8'"),
     ({"threads": [0]}, "threads", "each thread count must be in [1, 1024]"),
-    ({"preset": "huge"}, "preset", "unknown preset 'huge'"),
+    ({"preset": "huge"}, "preset", "preset must be one of holmes, tiny, student, small; got 'huge'"),
     ({"device": "gpu"}, "device", "unknown device 'gpu'"),
     ({"device": "cuda:3"}, "device", "cuda:3"),
     ({"steps": 1000}, "steps", "less than or equal to 100"),
