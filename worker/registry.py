@@ -90,17 +90,18 @@ def register(session: Session, *, name: str, devices: list[str], stale_after_sec
 
 
 def beat(session: Session, *, name: str) -> None:
-    record = session.get(WorkerRecord, name)
-    if record is not None and record.pid == os.getpid():
-        record.heartbeat_at = utcnow()
-        session.add(record)
-        session.commit()
+    stamp_own_record(session, name=name, field="heartbeat_at")
 
 
 def unregister(session: Session, *, name: str) -> None:
+    stamp_own_record(session, name=name, field="stopped_at")
+
+
+def stamp_own_record(session: Session, *, name: str, field: str) -> None:
+    """Set ``field`` to now on this process's own record (never on a record another process took over)."""
     record = session.get(WorkerRecord, name)
     if record is not None and record.pid == os.getpid():
-        record.stopped_at = utcnow()
+        setattr(record, field, utcnow())
         session.add(record)
         session.commit()
 
