@@ -71,14 +71,18 @@ def kill_during_a_step(home: Home, client, run_id: int, worker: Worker) -> None:
 
 
 def kill_during_evaluation(home: Home, client, run_id: int, worker: Worker) -> None:
-    """Ask the job where it is (``kill -USR1``: faulthandler writes its stack to the worker's log)
-    until the stack shows the evaluation after step 40, then kill the worker there."""
-    wait_for(lambda: client.get(f"/api/runs/{run_id}").json()["last_step"] >= 30, timeout=180, message="step 30")
+    """Once the step-20 checkpoint is on disk, ask the job where it is (``kill -USR1``: faulthandler
+    writes its stack to the worker's log) until the stack shows an evaluation, then kill the worker
+    there. The disk, not the API, says when to start: the API's last step may trail the job."""
+    wait_for(lambda: (out_dir(home, run_id) / "last.pt").exists(), timeout=180, message="step-20 checkpoint")
     pid = job_pid(home, run_id)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         seen = len(worker.output())
-        os.kill(pid, signal.SIGUSR1)
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            pytest.fail(f"the job (pid {pid}) ended before it was caught evaluating")
         time.sleep(0.02)
         dump = worker.output()[seen:]
         if "in estimate_loss" in dump:
