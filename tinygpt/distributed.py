@@ -58,6 +58,13 @@ def start(info: DistInfo, device: torch.device) -> None:
         torch_dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
 
 
+def wait_for_all(info: DistInfo) -> None:
+    """Return on every rank once all have arrived: ranks leave training together, so none tears
+    its process group down while rank 0 still evaluates and saves over it."""
+    if info.enabled and torch_dist.is_initialized():
+        torch_dist.barrier()
+
+
 def stop() -> None:
     if torch_dist.is_initialized():
         torch_dist.destroy_process_group()

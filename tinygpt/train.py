@@ -560,6 +560,7 @@ class Trainer:
             if steps_in_interval:
                 self.state.elapsed_sec += time.perf_counter() - interval_start
             self.save("last")
+        distributed.wait_for_all(self.dist)
         return TrainResult(
             steps_done=self.state.step,
             stopped=stopped,
