@@ -4,8 +4,9 @@ Public (output), so internal fields (worker, pid, paths, cancel flags) never lea
 from __future__ import annotations
 
 import enum
+from dataclasses import fields
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, get_type_hints
 
 from pydantic import AfterValidator, ValidationInfo, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -14,7 +15,8 @@ from sqlmodel import Field, SQLModel
 
 from tinygpt.device import check_device_name, check_precision_name
 from tinygpt.options import Option
-from tinygpt.train import OPTIONS, TrainConfig
+from tinygpt.train import OPTIONS, StepMetrics, TrainConfig
+from tinygpt.train import Sample as TrainSample
 
 
 def utcnow() -> datetime:
@@ -81,10 +83,15 @@ def _dataset_name(v: str) -> str:
     return v
 
 
+def library_config(config: SQLModel) -> TrainConfig:
+    """The library's ``TrainConfig`` of a run's validated options (corpus left to the job)."""
+    return TrainConfig(**{name: getattr(config, name) for name in TRAINING_OPTIONS})
+
+
 def _model_fits(config: SQLModel) -> SQLModel:
     """Sizes that do not fit together (heads that do not divide d_model, ...): the library's message, naming both."""
     try:
-        TrainConfig(**{name: getattr(config, name) for name in TRAINING_OPTIONS}).model_config()
+        library_config(config).model_config()
     except ValueError as exc:
         raise PydanticCustomError("value_error", str(exc)) from None
     return config
@@ -244,50 +251,43 @@ class WorkerRecord(SQLModel, table=True):
 
 
 # -- metrics, samples, events -----------------------------------------------------------------
-class Metric(SQLModel, table=True):
+def library_record(name: str, record: type, **sql_types: Any) -> type[SQLModel]:
+    """A SQLModel base with the fields of a library dataclass, declared there once. ``sql_types``:
+    a field's column type where the default does not do (long text, 64-bit counts)."""
+    hints = get_type_hints(record)
+    return create_model(name, __base__=SQLModel, __doc__=f"The fields of tinygpt's {record.__name__}.",
+                        **{f.name: (hints[f.name], Field(sa_type=sql_types[f.name]) if f.name in sql_types else ...)
+                           for f in fields(record)})
+
+
+# billions of tokens on a GPU run: past a 32-bit integer
+MetricBase = library_record("MetricBase", StepMetrics, tokens_seen=BigInteger)
+
+
+class Metric(MetricBase, table=True):
     __tablename__ = "metrics"
     __table_args__ = (Index("ix_metrics_run_step", "run_id", "step"),)
 
     id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="runs.id", ondelete="CASCADE")
-    step: int
-    train_loss: float
-    val_loss: float | None = None
-    lr: float
-    tokens_per_sec: float
-    elapsed_sec: float
-    tokens_seen: int = Field(sa_type=BigInteger)  # billions on a GPU run: past a 32-bit integer
-    epochs: float
-    peak_mem_mib: float
 
 
-class MetricPublic(SQLModel):
-    step: int
-    train_loss: float
-    val_loss: float | None
-    lr: float
-    tokens_per_sec: float
-    elapsed_sec: float
-    tokens_seen: int
-    epochs: float
-    peak_mem_mib: float
+class MetricPublic(MetricBase):
+    pass
 
 
-class Sample(SQLModel, table=True):
+SampleBase = library_record("SampleBase", TrainSample, prompt=Text, text=Text)
+
+
+class Sample(SampleBase, table=True):
     __tablename__ = "samples"
 
     id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="runs.id", index=True, ondelete="CASCADE")
-    step: int
-    prompt: str = Field(sa_column=Column(Text, nullable=False))
-    text: str = Field(sa_column=Column(Text, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)
 
 
-class SamplePublic(SQLModel):
-    step: int
-    prompt: str
-    text: str
+class SamplePublic(SampleBase):
     created_at: datetime
 
 

@@ -207,6 +207,42 @@ def test_uploads_that_are_not_text(bare, content, message):
     assert not list((home.path / "datasets").glob(".upload-*"))
 
 
+def test_a_context_longer_than_the_dataset_is_refused_before_the_run_is_queued(bare):
+    """Bytes bound the tokens (a byte-level BPE token is at least one byte) until a job has counted
+    them; then the count decides. The API and the form give the library's message beside ``context``."""
+    from app.db import session_scope
+    from app.services.datasets import record_tokenizer
+    from app.settings import Settings
+
+    home, app = bare
+    upload = httpx.post(f"{app.url}/api/datasets", data={"name": "short"},
+                        files={"file": ("s.txt", b"a few words. " * 77 + b"end", "text/plain")}, timeout=30)
+    assert upload.status_code == 201 and upload.json()["bytes"] == 1004
+    short = {**RUN, "dataset": "short"}
+    response = httpx.post(f"{app.url}/api/runs", json=short, timeout=30)  # tiny: context 128
+    assert response.status_code == 422
+    assert response.json()["detail"] == [{"loc": ["body", "context"], "type": "value_error", "msg":
+        "context 128 is too long for dataset 'short': corpus is too short: 1004 tokens leave 100 for validation, "
+        "fewer than one window of context 128 + 1"}]
+    form = httpx.post(f"{app.url}/new", data={**short, "context": "128"}, timeout=30)
+    assert form.status_code == 422
+    assert ('<span class="field-error" id="error-context">context 128 is too long for dataset &#39;short&#39;: '
+            "corpus is too short: 1004 tokens leave 100") in form.text
+    fits = httpx.post(f"{app.url}/api/runs", json={**short, "context": 64}, timeout=30)
+    assert fits.status_code == 201, fits.text
+    httpx.post(f"{app.url}/api/runs/{fits.json()[0]['id']}/cancel", timeout=30)
+    with session_scope(Settings(home=home.path)) as s:  # a job encoded it: 400 tokens of a 4,096 tokenizer
+        record_tokenizer(s, name="short", vocab_size=4096, fingerprint="f" * 16, tokens=400)
+    counted = httpx.post(f"{app.url}/api/runs", json={**short, "context": 64}, timeout=30)
+    assert counted.status_code == 422
+    assert counted.json()["detail"][0]["msg"] == ("context 64 is too long for dataset 'short': corpus is too short: "
+                                                  "400 tokens leave 40 for validation, fewer than one window of "
+                                                  "context 64 + 1")
+    other_size = httpx.post(f"{app.url}/api/runs", json={**short, "context": 64, "vocab_size": 512}, timeout=30)
+    assert other_size.status_code == 201, other_size.text  # not counted for that size: the bytes bound
+    httpx.post(f"{app.url}/api/runs/{other_size.json()[0]['id']}/cancel", timeout=30)
+
+
 def test_downloads_only_files_the_database_points_to_inside_the_runs_folder(bare):
     home, app = bare
     (home.path / "runs").mkdir(exist_ok=True)

@@ -186,7 +186,7 @@ def test_failing_job_ends_failed_with_its_error(shared):
     home, app = shared
     engine_independent(home)
     with app.client() as c:
-        files = {"file": ("gone.txt", b"some text " * 100, "text/plain")}
+        files = {"file": ("gone.txt", b"some text " * 300, "text/plain")}  # long enough for context 128
         assert c.post("/api/datasets", data={"name": "gone"}, files=files).status_code == 201
         (home.path / "datasets" / "gone.txt").unlink()
         run = create(c, steps=10, dataset="gone")

@@ -82,14 +82,19 @@ class Splits:
 
     @classmethod
     def from_tokens(cls, tokens: torch.Tensor, context: int) -> Splits:
+        check_splits_fit(len(tokens), context)
         n_val = int(len(tokens) * VAL_FRACTION)
-        train, val = tokens[: len(tokens) - n_val].long(), tokens[len(tokens) - n_val :].long()
-        if len(val) <= context + 1 or len(train) <= context + 1:
-            raise CorpusError(
-                f"corpus is too short: {len(tokens)} tokens leave {len(val)} for validation, "
-                f"fewer than one window of context {context} + 1"
-            )
-        return cls(train, val)
+        return cls(tokens[: len(tokens) - n_val].long(), tokens[len(tokens) - n_val :].long())
+
+
+def check_splits_fit(n_tokens: int, context: int) -> None:
+    """Raise CorpusError unless both splits of ``n_tokens`` hold one window of ``context`` + 1."""
+    n_val = int(n_tokens * VAL_FRACTION)
+    if n_val <= context + 1 or n_tokens - n_val <= context + 1:
+        raise CorpusError(
+            f"corpus is too short: {n_tokens} tokens leave {n_val} for validation, "
+            f"fewer than one window of context {context} + 1"
+        )
 
 
 def get_batch(

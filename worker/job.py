@@ -214,7 +214,8 @@ def run_training(run: Run, settings: Settings, callbacks: JobCallbacks, dist: Di
             if run.config["dataset"] == HOLMES:
                 ensure_builtin(s, settings=settings)
             record_tokenizer(s, name=run.config["dataset"], vocab_size=trainer.tokenizer.vocab_size,
-                             fingerprint=trainer.tokenizer.fingerprint())
+                             fingerprint=trainer.tokenizer.fingerprint(),
+                             tokens=len(trainer.splits.train) + len(trainer.splits.val))
         return trainer.run().stopped
     finally:
         distributed.stop()

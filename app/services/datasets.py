@@ -13,6 +13,8 @@ from typing import Protocol
 from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
 
+from tinygpt.data import CorpusError, check_splits_fit
+
 from ..errors import Invalid, NotFound, TooLarge
 from ..models import Dataset
 from ..settings import Settings
@@ -64,15 +66,31 @@ def ensure_builtin(session: Session, *, settings: Settings) -> Dataset:
     return ds
 
 
-def record_tokenizer(session: Session, *, name: str, vocab_size: int, fingerprint: str) -> None:
-    """Note on the dataset row that a tokenizer of this size was trained for it (cached under $TINYGPT_HOME/cache)."""
+def record_tokenizer(session: Session, *, name: str, vocab_size: int, fingerprint: str, tokens: int) -> None:
+    """Note on the dataset row that a tokenizer of this size was trained for it (cached under
+    $TINYGPT_HOME/cache) and how many tokens it makes of the dataset."""
     ds = session.exec(select(Dataset).where(Dataset.name == name)).first()
     if ds is None:
         return
-    entry = {"vocab_size": vocab_size, "fingerprint": fingerprint}
-    if entry not in ds.tokenizers:
-        ds.tokenizers = [*ds.tokenizers, entry]  # a new list, so the JSON column is saved
+    entry = {"vocab_size": vocab_size, "fingerprint": fingerprint, "tokens": tokens}
+    if entry not in ds.tokenizers:  # a new list, so the JSON column is saved; an older entry of this tokenizer goes
+        others = [t for t in ds.tokenizers if t.get("fingerprint") != fingerprint]
+        ds.tokenizers = [*others, entry]
         session.add(ds)
+
+
+def check_context_fits(session: Session, *, name: str, context: int, vocab_size: int) -> None:
+    """Refuse, before a run is queued, a context longer than the dataset's validation split. The
+    dataset's token count when a tokenizer of this size has encoded it, else its bytes (a byte-level
+    BPE token is at least one byte): nothing that could fit is refused."""
+    ds = session.exec(select(Dataset).where(Dataset.name == name)).first()
+    if ds is None or not ds.bytes:
+        return
+    counted = [t["tokens"] for t in ds.tokenizers if t.get("vocab_size") == vocab_size and "tokens" in t]
+    try:
+        check_splits_fit(counted[0] if counted else ds.bytes, context)
+    except CorpusError as exc:
+        raise Invalid(f"context {context} is too long for dataset {name!r}: {exc}", field="context") from None
 
 
 ALL_DATASETS = select(Dataset).order_by(col(Dataset.builtin).desc(), Dataset.name)  # built once (see services.runs)

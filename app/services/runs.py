@@ -31,10 +31,11 @@ from ..models import (
     RunUpdate,
     Sample,
     SamplePublic,
+    library_config,
     utcnow,
 )
 from ..settings import Settings
-from .datasets import check_dataset_exists
+from .datasets import check_context_fits, check_dataset_exists
 from .events import record_event
 
 METRIC_FIELDS = list(MetricPublic.model_fields)
@@ -120,6 +121,8 @@ def create_runs(session: Session, *, body: RunCreate, settings: Settings) -> lis
         check_device_available(name)
     check_machine_limits(body, devices)
     check_dataset_exists(session, name=body.dataset)
+    model = library_config(body).model_config()
+    check_context_fits(session, name=body.dataset, context=model.context, vocab_size=model.vocab_size)
     config = body.model_dump(exclude={"device", "name", "tags"})
     group = uuid.uuid4().hex[:12] if len(devices) > 1 else None
     runs = []
