@@ -31,3 +31,5 @@ SettingsDep = Annotated[Settings, Depends(app_settings)]
 
 #: A run's id in a path: a positive 64-bit integer (anything else is a 422, never a database error).
 RunId = Annotated[int, Path(ge=1, le=2**63 - 1, description="a run's id")]
+#: A sweep's id in a path.
+SweepId = Annotated[int, Path(ge=1, le=2**63 - 1, description="a sweep's id")]

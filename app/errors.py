@@ -14,8 +14,9 @@ class AppError(Exception):
             self.status_code = status_code
 
     def detail(self) -> list[dict] | str:
+        """``field`` may be a path, ``parameters.lr``: its parts go into ``loc`` as pydantic's would."""
         if self.field:
-            return [{"loc": ["body", self.field], "msg": self.message, "type": "value_error"}]
+            return [{"loc": ["body", *self.field.split(".")], "msg": self.message, "type": "value_error"}]
         return self.message
 
 

@@ -20,7 +20,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from tinygpt.presets import list_presets
 
 from . import api_docs, login, pages
-from .api import benchmarks, catalog, events, runs
+from .api import benchmarks, catalog, events, runs, sweeps
 from .db import init_db, session_scope
 from .errors import AppError
 from .security import (
@@ -91,6 +91,7 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
     app.include_router(runs.router)
     app.include_router(events.router)
     app.include_router(benchmarks.router)
+    app.include_router(sweeps.router)
     app.include_router(catalog.router)
     app.include_router(catalog.health_router)
     app.include_router(pages.router)

@@ -113,6 +113,8 @@ class TrainConfig:
                              le=10_000_000, unit="steps")
     eval_batches: int = option(20, "batches per split in an evaluation", "evaluation and samples", ge=1, le=1000,
                                advanced=True)
+    best_with_optimizer: bool = option(False, "keep the optimizer state in best.pt too, to continue training "
+                                       "from it (triples its size)", "evaluation and samples", advanced=True)
     log_every: int | None = option(None, "log the training loss every", "evaluation and samples", ge=1,
                                    le=10_000_000, unit="steps", none="min(10, eval_every)", advanced=True)
     sample_prompt: str = option("Holmes", "prompt of the samples taken while training", "evaluation and samples",
@@ -489,7 +491,10 @@ class Trainer:
         path = self.out_dir / f"{kind}.pt"
         if not self.dist.is_main:
             return path
-        save_checkpoint(path, self._checkpoint_state())
+        state = self._checkpoint_state()
+        if kind == "best" and not self.config.best_with_optimizer:  # weights for sampling; resuming reads last.pt
+            state["optimizer"], state["scaler"] = None, None
+        save_checkpoint(path, state)
         self.cb.on_checkpoint(path, kind)
         return path
 

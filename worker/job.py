@@ -23,17 +23,22 @@ import threading
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import delete
 from sqlmodel import Session, col
 
+from app import study as studies
 from app.db import init_db, session_scope
 from app.models import EventType, Metric, Run, RunKind, RunStatus, Sample, utcnow
 from app.services import benchmarks as bench_svc
 from app.services.datasets import HOLMES, dataset_path, ensure_builtin, record_tokenizer
 from app.services.events import record_event
+from app.services.files import remove_file, run_disk_bytes
 from app.services.runs import set_status
+from app.services.sweeps import get_sweep, settle_sweep
 from app.settings import Settings, get_settings
 from tinygpt import distributed
 from tinygpt.bench import Cell, SweepConfig, plan, sweep
@@ -57,6 +62,25 @@ def job_session(settings: Settings | None = None) -> Iterator[Session]:
         yield session
 
 
+@dataclass
+class SweepTrial:
+    """A run that is a sweep's trial: the study it reports to."""
+
+    sweep_id: int
+    number: int
+    study: Any
+    eval_every: int
+
+    @classmethod
+    def of(cls, run: Run, settings: Settings) -> SweepTrial | None:
+        if run.sweep_id is None:
+            return None
+        with job_session(settings) as s:
+            config = get_sweep(s, sweep_id=run.sweep_id).config
+        study = studies.load(settings, run.sweep_id, config, studies.evaluations(run.config))
+        return cls(run.sweep_id, run.trial, study, int(run.config["eval_every"]))
+
+
 class JobCallbacks(Callbacks):
     """Writes each metric, sample and checkpoint of the run to the database at once."""
 
@@ -67,6 +91,8 @@ class JobCallbacks(Callbacks):
         self.cancelled = threading.Event()  # set by the watcher on a cancel request
         self.stop_on_cancel = False  # distributed runs: a cancel stops all ranks at a step boundary
         self.last_eval: StepMetrics | None = None
+        self.trial: SweepTrial | None = None  # set for a sweep's trial
+        self.pruned = threading.Event()  # the sweep's pruner stopped this trial
 
     def on_start(self, info: dict) -> None:
         with job_session(self.settings) as s:
@@ -98,6 +124,24 @@ class JobCallbacks(Callbacks):
 
     def on_eval(self, m: StepMetrics) -> None:
         self.last_eval = m
+        if self.trial is not None and m.step > 0:
+            self.report_to_sweep(m)
+
+    def report_to_sweep(self, m: StepMetrics) -> None:
+        """A sweep's trial: the evaluation's loss to the study; stop when its pruner says so."""
+        trial = self.trial
+        evaluation = -(-m.step // trial.eval_every)  # evaluations so far: the pruner's resource
+        prune = studies.report(trial.study, trial.number, m.val_loss, evaluation)
+        with job_session(self.settings) as s:
+            record_event(s, run_id=None, sweep_id=trial.sweep_id, type=EventType.trial,
+                         data={"kind": "pruned" if prune else "evaluated", "run_id": self.run_id,
+                               "trial": trial.number, "step": m.step, "val_loss": m.val_loss,
+                               "train_loss": m.train_loss})
+            if prune:
+                record_event(s, run_id=self.run_id, type=EventType.log, data={
+                    "message": f"pruned by the sweep at step {m.step} (val {m.val_loss:.4f}): stopping"})
+        if prune:
+            self.pruned.set()
 
     def on_sample(self, sample: TrainSample) -> None:
         with job_session(self.settings) as s:
@@ -106,9 +150,14 @@ class JobCallbacks(Callbacks):
 
     def on_checkpoint(self, path: Path, kind: str) -> None:
         if kind != "best" or self.last_eval is None:
+            with job_session(self.settings) as s:
+                run = s.get(Run, self.run_id)
+                run.disk_bytes = run_disk_bytes(run)
+                s.add(run)
             return
         with job_session(self.settings) as s:
             run = s.get(Run, self.run_id)
+            run.disk_bytes = run_disk_bytes(run)
             run.checkpoint_path = str(path)
             run.best_val_loss = self.last_eval.val_loss
             run.best_step = self.last_eval.step
@@ -119,7 +168,7 @@ class JobCallbacks(Callbacks):
                          data={"message": f"best checkpoint at step {run.best_step} (val {run.best_val_loss:.4f})"})
 
     def should_stop(self) -> bool:
-        return self.preempted.is_set() or (self.stop_on_cancel and self.cancelled.is_set())
+        return self.preempted.is_set() or self.pruned.is_set() or (self.stop_on_cancel and self.cancelled.is_set())
 
 
 def watch(run_id: int, attempt: int, settings: Settings, parent: int, cancelled: threading.Event,
@@ -194,13 +243,22 @@ def corpus_for(run: Run, settings: Settings) -> Path:
 
 
 def finish(run_id: int, status: RunStatus, error: str | None, settings: Settings) -> None:
+    """Record how the job ended. A run that has ended drops its resume point (``last.pt``: best.pt is
+    what it leaves), and a sweep's trial moves its sweep on."""
     with session_scope(settings) as s:
         run = s.get(Run, run_id)
         fields: dict = {"error": error, "pid": None}
         if status != RunStatus.queued:
             fields["finished_at"] = utcnow()
+            if run.out_dir:
+                remove_file(Path(run.out_dir) / "last.pt")
+        fields["disk_bytes"] = run_disk_bytes(run)
         set_status(s, run, status, **fields)
+        sweep_id = run.sweep_id
     log.info("run %s: %s%s", run_id, status, f" ({error})" if error else "")
+    if sweep_id is not None:
+        with session_scope(settings) as s:
+            settle_sweep(s, sweep_id=sweep_id, settings=settings)
 
 
 def run_training(run: Run, settings: Settings, callbacks: JobCallbacks, dist: DistInfo) -> bool:
@@ -281,6 +339,7 @@ def main(argv: list[str]) -> int:
     if not dist.is_main:
         return run_rank(run, settings, dist)
     callbacks = JobCallbacks(run_id, settings)
+    callbacks.trial = SweepTrial.of(run, settings)
     signal.signal(signal.SIGTERM, lambda *_: callbacks.preempted.set())
     done = threading.Event()
     callbacks.stop_on_cancel = dist.enabled
@@ -314,6 +373,8 @@ def job_outcome(run: Run, settings: Settings, callbacks: JobCallbacks, dist: Dis
         return RunStatus.failed, "interrupted"
     if stopped and callbacks.preempted.is_set():
         return RunStatus.queued, None
+    if stopped and callbacks.pruned.is_set():
+        return RunStatus.pruned, None
     if stopped and callbacks.cancelled.is_set():
         return RunStatus.cancelled, "cancelled by request"
     return RunStatus.succeeded, None

@@ -27,6 +27,7 @@ from sqlmodel import col
 from app.db import init_db, session_scope
 from app.models import Run, RunStatus, utcnow
 from app.services.runs import set_status
+from app.services.sweeps import settle_running_sweeps
 from app.settings import Settings, get_settings
 from tinygpt.device import resolve_device
 
@@ -77,6 +78,7 @@ class Worker:
         self.host = registry.this_host()
         self.stopping = threading.Event()
         self.last_beat = 0.0
+        self.last_settle = 0.0
 
     def start_job(self, slot: Slot, run: Run) -> None:
         cmd = [sys.executable, "-m", "worker.job", str(run.id), str(run.attempt)]
@@ -118,6 +120,7 @@ class Worker:
         with session_scope(self.settings) as s:
             reap_dead_runs(s, worker=self.name, stale_after_sec=self.settings.stale_after_sec, own=False,
                            max_attempts=self.settings.max_attempts)
+        self.settle_sweeps()
         for slot in self.slots:
             if slot.process is not None and slot.process.poll() is not None:
                 self.reap_child(slot)
@@ -127,6 +130,15 @@ class Worker:
                 if run is not None:
                     self.start_job(slot, run)
                     self.last_beat = 0.0
+
+    def settle_sweeps(self) -> None:
+        """Every heartbeat interval: move running sweeps on (their trials' ends told, the next queued)."""
+        now = time.monotonic()
+        if now - self.last_settle < self.settings.heartbeat_sec:
+            return
+        self.last_settle = now
+        with session_scope(self.settings) as s:
+            settle_running_sweeps(s, settings=self.settings)
 
     def shutdown(self) -> None:
         running = [slot for slot in self.slots if slot.process is not None]

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Query, UploadFile
 from sqlalchemy import text
 
+from tinygpt.options import Option
 from tinygpt.presets import list_presets, model_size
 from tinygpt.train import OPTIONS, TrainConfig
 
@@ -24,6 +25,18 @@ health_router = APIRouter(tags=["health"])
 async def presets() -> list[dict]:
     """Every preset with its sizes and parameter count per architecture."""
     return list_presets()
+
+
+@router.get("/options")
+async def options() -> list[dict]:
+    """Every run option, as declared once in the library: name, type, default, bounds or choices, unit,
+    help, group, advanced. A run (POST /api/runs) sets them; a sweep (POST /api/sweeps) searches them."""
+    return [option_info(o) for o in OPTIONS.values()]
+
+
+def option_info(o: Option) -> dict:
+    info = {k: v for k, v in vars(o).items() if k != "kind"}
+    return {**info, "type": o.kind.__name__, "choices": list(o.choices) if o.choices else None}
 
 
 @router.get("/model-size")

@@ -18,11 +18,12 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from ..db import get_engine
-from ..deps import RunId
+from ..deps import RunId, SweepId
 from ..errors import TooManyRequests
-from ..models import FINISHED, Event, EventType
-from ..services.events import RUN_LIST_TYPES, list_events_after, run_events_after
+from ..models import FINISHED, SWEEP_ENDED, Event, EventType
+from ..services.events import RUN_LIST_TYPES, list_events_after, run_events_after, sweep_events_after
 from ..services.runs import get_run
+from ..services.sweeps import get_sweep
 from ..settings import Settings
 
 router = APIRouter(prefix="/api", tags=["events"])
@@ -49,10 +50,20 @@ def fetcher(settings: Settings, query: Callable[..., list[Event]], **kwargs: obj
     return fetch
 
 
+def run_ended(event: Event) -> bool:
+    return event.type == EventType.status and event.data.get("status") in FINISHED
+
+
+def sweep_ended(event: Event) -> bool:
+    return event.type == EventType.sweep and event.data.get("status") in SWEEP_ENDED
+
+
 async def stream(
-    request: Request, fetch: Callable[[int], list[Event]], keep: Callable[[Event], bool], last_id: int, ends: bool
+    request: Request, fetch: Callable[[int], list[Event]], keep: Callable[[Event], bool], last_id: int,
+    ends: Callable[[Event], bool] | None,
 ) -> AsyncIterator[dict]:
-    """Events after ``last_id``: from the database to catch up, then from the hub's memory.
+    """Events after ``last_id``: from the database to catch up, then from the hub's memory; an
+    ``end`` event after the one that ``ends`` recognises (a stream without ``ends`` never ends).
 
     ``cursor`` is the id up to which every matching event has been sent; it moves past other
     runs' events too, so a quiet run's stream does not fall back to the database.
@@ -72,12 +83,12 @@ async def stream(
             finished = False
             for event in events:
                 yield as_sse(event)
-                finished = event.type == EventType.status and event.data.get("status") in FINISHED
+                finished = ends is not None and ends(event)
             if full_page:  # more waiting in the database: read on from the last one sent
                 cursor = events[-1].id
             else:  # every matching event up to `seen` has been sent
                 cursor = max(cursor, seen, events[-1].id if events else 0)
-            if ends and finished:
+            if finished:
                 yield {"event": "end", "data": json.dumps({"last_event_id": events[-1].id})}
                 return
             if await request.is_disconnected():
@@ -149,7 +160,7 @@ async def run_events(
     """
     await run_in_threadpool(check_run_exists, run_id, request.app.state.settings)
     fetch = fetcher(request.app.state.settings, run_events_after, run_id=run_id)
-    gen = stream(request, fetch, lambda e: e.run_id == run_id, parse_last_id(last_event_id, after), ends=True)
+    gen = stream(request, fetch, lambda e: e.run_id == run_id, parse_last_id(last_event_id, after), ends=run_ended)
     return open_stream(request, gen)
 
 
@@ -160,4 +171,23 @@ async def all_events(
     """Run-list changes: ``created`` and ``status`` events of every run."""
     fetch = fetcher(request.app.state.settings, list_events_after)
     keep = lambda e: e.type in RUN_LIST_TYPES  # noqa: E731
-    return open_stream(request, stream(request, fetch, keep, parse_last_id(last_event_id, after), ends=False))
+    return open_stream(request, stream(request, fetch, keep, parse_last_id(last_event_id, after), ends=None))
+
+
+def check_sweep_exists(sweep_id: SweepId, settings: Settings) -> None:
+    with Session(get_engine(settings)) as s:
+        get_sweep(s, sweep_id=sweep_id)  # 404 for an unknown sweep
+
+
+@router.get("/sweeps/{sweep_id}/events")
+async def sweep_events(
+    sweep_id: SweepId, request: Request, last_event_id: Annotated[str | None, Header()] = None,
+    after: int | None = None,
+) -> EventSourceResponse:
+    """``trial`` events of one sweep (kind ``created``, ``evaluated``, ``pruned``, ``finished``, with the trial's
+    run id) and ``sweep`` (its end), then ``end``."""
+    await run_in_threadpool(check_sweep_exists, sweep_id, request.app.state.settings)
+    fetch = fetcher(request.app.state.settings, sweep_events_after, sweep_id=sweep_id)
+    gen = stream(request, fetch, lambda e: e.sweep_id == sweep_id, parse_last_id(last_event_id, after),
+                 ends=sweep_ended)
+    return open_stream(request, gen)

@@ -61,14 +61,15 @@ def update_run(run_id: RunId, body: RunUpdate, session: SessionDep) -> RunPublic
 
 
 @router.delete("/{run_id}", status_code=204)
-def delete_run(run_id: RunId, session: SessionDep) -> Response:
-    svc.delete_run(session, run_id=run_id)
+def delete_run(run_id: RunId, session: SessionDep, settings: SettingsDep) -> Response:
+    """The run, its metrics, samples and events, and its files (checkpoints): the disk is freed."""
+    svc.delete_run(session, run_id=run_id, settings=settings)
     return Response(status_code=204)
 
 
 @router.post("/{run_id}/cancel", response_model=RunPublic)
-def cancel_run(run_id: RunId, session: SessionDep) -> RunPublic:
-    return RunPublic.of(svc.cancel_run(session, run_id=run_id))
+def cancel_run(run_id: RunId, session: SessionDep, settings: SettingsDep) -> RunPublic:
+    return RunPublic.of(svc.cancel_run(session, run_id=run_id, settings=settings))
 
 
 @router.get("/{run_id}/metrics", response_model=list[MetricPublic],

@@ -9,8 +9,10 @@ from ..models import Event, EventType
 RUN_LIST_TYPES = (EventType.created, EventType.status)
 
 
-def record_event(session: Session, *, run_id: int | None, type: EventType, data: dict) -> Event:
-    event = Event(run_id=run_id, type=type, data=data)
+def record_event(session: Session, *, run_id: int | None, type: EventType, data: dict,
+                 sweep_id: int | None = None) -> Event:
+    """A run's event (``run_id``), or a sweep's (``sweep_id``, with the trial's run id in ``data``)."""
+    event = Event(run_id=run_id, sweep_id=sweep_id, type=type, data=data)
     session.add(event)
     return event
 
@@ -18,6 +20,13 @@ def record_event(session: Session, *, run_id: int | None, type: EventType, data:
 def run_events_after(session: Session, *, run_id: int, after_id: int, limit: int = 1000) -> list[Event]:
     stmt = (
         select(Event).where(Event.run_id == run_id, col(Event.id) > after_id).order_by(col(Event.id)).limit(limit)
+    )
+    return list(session.exec(stmt))
+
+
+def sweep_events_after(session: Session, *, sweep_id: int, after_id: int, limit: int = 1000) -> list[Event]:
+    stmt = (
+        select(Event).where(Event.sweep_id == sweep_id, col(Event.id) > after_id).order_by(col(Event.id)).limit(limit)
     )
     return list(session.exec(stmt))
 

@@ -37,6 +37,7 @@ from ..models import (
 from ..settings import Settings
 from .datasets import check_context_fits, check_dataset_exists
 from .events import record_event
+from .files import remove_run_folder
 
 METRIC_FIELDS = list(MetricPublic.model_fields)
 SAMPLE_FIELDS = list(SamplePublic.model_fields)
@@ -114,6 +115,13 @@ def set_status(session: Session, run: Run, status: RunStatus, **fields: object) 
 
 
 def create_runs(session: Session, *, body: RunCreate, settings: Settings) -> list[Run]:
+    runs = add_runs(session, body=body, settings=settings)
+    session.commit()
+    return runs
+
+
+def check_run(session: Session, *, body: RunCreate, settings: Settings) -> None:
+    """What a run's options need of this machine and its data (the model checks the options themselves)."""
     if body.steps > settings.max_steps:
         raise Invalid(f"steps must be at most {settings.max_steps}", field="steps")
     devices = body.devices()
@@ -123,19 +131,26 @@ def create_runs(session: Session, *, body: RunCreate, settings: Settings) -> lis
     check_dataset_exists(session, name=body.dataset)
     model = library_config(body).model_config()
     check_context_fits(session, name=body.dataset, context=model.context, vocab_size=model.vocab_size)
+
+
+def add_runs(session: Session, *, body: RunCreate, settings: Settings, sweep_id: int | None = None,
+             trial: int | None = None) -> list[Run]:
+    """Queue one run per device of ``body`` (uncommitted: the caller commits)."""
+    check_run(session, body=body, settings=settings)
+    devices = body.devices()
     config = body.model_dump(exclude={"device", "name", "tags"})
     group = uuid.uuid4().hex[:12] if len(devices) > 1 else None
     runs = []
     for device in devices:
         base = body.name or f"{body.preset}-{body.dataset}"
         name = f"{base} [{device}]" if group else base
-        run = Run(name=name, config=config, requested_device=device, tags=body.tags, group_id=group)
+        run = Run(name=name, config=config, requested_device=device, tags=body.tags, group_id=group,
+                  sweep_id=sweep_id, trial=trial)
         session.add(run)
         session.flush()
         run.out_dir = str(settings.runs_dir / str(run.id))
         record_event(session, run_id=run.id, type=EventType.created, data=run_summary(run))
         runs.append(run)
-    session.commit()
     return runs
 
 
@@ -205,7 +220,8 @@ def update_run(session: Session, *, run_id: int, body: RunUpdate) -> Run:
     return run
 
 
-def delete_run(session: Session, *, run_id: int) -> None:
+def delete_run(session: Session, *, run_id: int, settings: Settings) -> None:
+    """The run, its rows and its files (checkpoints, logs): the disk it used is freed."""
     run = get_run(session, run_id=run_id)
     if run.status == RunStatus.running:
         raise Conflict(f"run {run_id} is running; cancel it first")
@@ -213,9 +229,10 @@ def delete_run(session: Session, *, run_id: int) -> None:
         session.exec(sa_delete(table).where(table.run_id == run_id))  # type: ignore[attr-defined]
     session.delete(run)
     session.commit()
+    remove_run_folder(run, settings)
 
 
-def cancel_run(session: Session, *, run_id: int) -> Run:
+def cancel_run(session: Session, *, run_id: int, settings: Settings) -> Run:
     run = get_run(session, run_id=run_id)
     if RunStatus(run.status).finished:
         raise Conflict(f"run {run_id} has already finished ({run.status})")
@@ -226,6 +243,10 @@ def cancel_run(session: Session, *, run_id: int) -> Run:
         session.add(run)
         record_event(session, run_id=run.id, type=EventType.log, data={"message": "cancel requested"})
     session.commit()
+    if run.sweep_id is not None and run.status == RunStatus.cancelled:
+        from .sweeps import settle_sweep  # sweeps build on runs: imported here, not at the top
+
+        settle_sweep(session, sweep_id=run.sweep_id, settings=settings)
     session.refresh(run)
     return run
 

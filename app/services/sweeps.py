@@ -1,0 +1,278 @@
+"""Sweeps: a W&B-style search over run options, on Optuna (``app/study.py``); its trials are runs.
+
+``settle_sweep`` is the one place a sweep moves on: it tells the study the result of every trial
+that has ended, queues trials up to ``parallel`` (until ``run_cap`` or the grid is spent), keeps the
+best checkpoints of the top trials only, and ends the sweep when nothing is left. It is idempotent,
+takes the sweep's row lock, and is called wherever a trial may have ended (the job, the worker, a
+cancel) and once when the sweep is created.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy import update
+from sqlmodel import Session, col, select
+
+from tinygpt.options import Option
+
+from .. import study as studies
+from ..errors import Conflict, Invalid, NotFound
+from ..models import (
+    TRAINING_OPTIONS,
+    EventType,
+    Metric,
+    Run,
+    RunCreate,
+    RunStatus,
+    Sweep,
+    SweepCreate,
+    SweepDetail,
+    SweepPublic,
+    SweepStatus,
+    TrialPublic,
+    utcnow,
+)
+from ..settings import Settings
+from .events import record_event
+from .files import remove_file, run_disk_bytes
+from .runs import add_runs, cancel_run, check_run, delete_run
+
+TRIAL_STATES = {RunStatus.succeeded: "COMPLETE", RunStatus.pruned: "PRUNED"}  # any other end: FAIL
+ACTIVE = (RunStatus.queued, RunStatus.running)
+
+
+# -- checking a sweep config -------------------------------------------------------------------------
+def base_options(body: SweepCreate) -> RunCreate:
+    """The run options every trial starts from, checked like a run's (422 naming ``base.FIELD``)."""
+    try:
+        base = RunCreate.model_validate(body.base)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in error["loc"]) or "base"
+        raise Invalid(error["msg"].removeprefix("Value error, "), field=f"base.{field}") from None
+    if not isinstance(base.device, str):
+        raise Invalid("a sweep's trials run on one device: start one sweep per device", field="base.device")
+    return base
+
+
+def check_value(base: RunCreate, name: str, value: Any, what: str) -> None:
+    try:
+        RunCreate.model_validate({**base.model_dump(), name: value})
+    except ValidationError as exc:
+        msg = next((e["msg"] for e in exc.errors() if e["loc"] and e["loc"][0] == name), exc.errors()[0]["msg"])
+        raise Invalid(f"{what} {value!r}: {msg.removeprefix('Value error, ')}", field=f"parameters.{name}") from None
+
+
+def check_parameter(base: RunCreate, name: str, p: dict, method: str) -> None:
+    """A parameter is a run option of the declaration, and every value it can take is inside its bounds."""
+    option: Option | None = TRAINING_OPTIONS.get(name)
+    if option is None:
+        raise Invalid(f"{name!r} is not a run option (GET /api/options lists them)", field=f"parameters.{name}")
+    if p.get("value") is not None:
+        return check_value(base, name, p["value"], "value")
+    if p.get("values") is not None:
+        for value in p["values"]:
+            check_value(base, name, value, "value")
+        return None
+    if method == "grid":
+        raise Invalid("a grid sweep needs a list of values, not a range", field=f"parameters.{name}")
+    if option.kind not in (int, float):
+        raise Invalid(f"{name} is not a number: give values, not a range", field=f"parameters.{name}")
+    distribution = studies.distribution(p)
+    if option.kind is int and not isinstance(distribution, studies.IntDistribution):
+        raise Invalid(f"{name} takes whole numbers: use int_uniform or values", field=f"parameters.{name}")
+    check_value(base, name, distribution.low, "min")
+    check_value(base, name, distribution.high, "max")
+    return None
+
+
+def check_sweep(body: SweepCreate) -> RunCreate:
+    base = base_options(body)
+    for name, p in body.parameters.items():
+        check_parameter(base, name, p.model_dump(exclude_none=True), body.method)
+    if body.method != "grid" and body.run_cap is None:
+        raise Invalid(f"run_cap is required for a {body.method} sweep (it would never end)", field="run_cap")
+    if studies.trials_planned(sweep_config(body)) > 1000:
+        raise Invalid("the grid has more than 1000 points: give run_cap, or fewer values", field="parameters")
+    return base
+
+
+def sweep_config(body: SweepCreate) -> dict:
+    return body.model_dump(mode="json", exclude={"name", "tags"})
+
+
+# -- creating, settling, cancelling, deleting --------------------------------------------------------
+def create_sweep(session: Session, *, body: SweepCreate, settings: Settings) -> Sweep:
+    base = check_sweep(body)
+    check_run(session, body=base, settings=settings)
+    config = sweep_config(body)
+    config["base"] = base.model_dump(mode="json", exclude={"name", "tags"})
+    sweep = Sweep(name=body.name or f"{body.method} sweep of {', '.join(body.parameters)}", config=config,
+                  tags=body.tags, trials_planned=studies.trials_planned(config))
+    session.add(sweep)
+    session.commit()
+    session.refresh(sweep)
+    studies.create(settings, sweep.id)
+    settle_sweep(session, sweep_id=sweep.id, settings=settings)
+    session.refresh(sweep)
+    return sweep
+
+
+def lock_sweep(session: Session, sweep_id: int) -> Sweep:
+    """The sweep's row, locked until the transaction ends (a write: SQLite's lock, PostgreSQL's row lock),
+    so two processes settling it at once cannot both add the last trial."""
+    session.exec(update(Sweep).where(col(Sweep.id) == sweep_id).values(filled_at=utcnow()))
+    sweep = session.get(Sweep, sweep_id, populate_existing=True)
+    if sweep is None:
+        raise NotFound(f"sweep {sweep_id} does not exist")
+    return sweep
+
+
+def trials_of(session: Session, sweep_id: int) -> list[Run]:
+    return list(session.exec(select(Run).where(Run.sweep_id == sweep_id).order_by(col(Run.trial))))
+
+
+def settle_sweep(session: Session, *, sweep_id: int, settings: Settings) -> None:
+    sweep = lock_sweep(session, sweep_id)
+    trials = trials_of(session, sweep_id)
+    study = studies.load(settings, sweep_id, sweep.config, studies.evaluations(sweep.config["base"]))
+    for run in trials:
+        if RunStatus(run.status).finished:
+            tell_result(session, study, run, sweep.config["metric"]["name"])
+    active = sum(1 for r in trials if r.status in ACTIVE)
+    if sweep.status == SweepStatus.running:
+        if active < sweep.config["parallel"] and len(trials) < sweep.trials_planned:
+            asking = studies.load(settings, sweep_id, sweep.config, studies.evaluations(sweep.config["base"]),
+                                  to_ask=True)
+        while active < sweep.config["parallel"] and len(trials) < sweep.trials_planned:
+            trials.append(add_trial(session, sweep, asking, settings))
+            active += 1
+        if active == 0 and len(trials) >= sweep.trials_planned:
+            end_sweep(session, sweep, SweepStatus.finished)
+    keep_top_checkpoints(session, sweep, trials)
+    session.commit()
+
+
+def settle_running_sweeps(session: Session, *, settings: Settings) -> None:
+    """Every running sweep settled: the worker's safety net for a trial whose end nobody settled (a job
+    killed before it could)."""
+    for sweep_id in session.exec(select(Sweep.id).where(Sweep.status == SweepStatus.running)).all():
+        settle_sweep(session, sweep_id=sweep_id, settings=settings)
+
+
+def add_trial(session: Session, sweep: Sweep, study: Any, settings: Settings) -> Run:
+    number, params = studies.ask(study, sweep.config)
+    body = RunCreate.model_validate({**sweep.config["base"], **params, "name": f"{sweep.name} · trial {number}",
+                                     "tags": sweep.tags})
+    (run,) = add_runs(session, body=body, settings=settings, sweep_id=sweep.id, trial=number)
+    record_event(session, run_id=None, sweep_id=sweep.id, type=EventType.trial,
+                 data={"kind": "created", "run_id": run.id, "trial": number, "params": params})
+    return run
+
+
+def objective(session: Session, run: Run, metric: str) -> float | None:
+    if metric == "val_loss":
+        return run.best_val_loss
+    last = session.exec(select(Metric).where(Metric.run_id == run.id, col(Metric.val_loss).is_not(None))
+                        .order_by(col(Metric.step).desc()).limit(1)).first()
+    if last is None:
+        return None
+    return last.val_loss if metric == "final_val_loss" else last.train_loss
+
+
+def tell_result(session: Session, study: Any, run: Run, metric: str) -> None:
+    if studies.is_finished(study, run.trial):
+        return
+    state = getattr(studies.TrialState, TRIAL_STATES.get(RunStatus(run.status), "FAIL"))
+    value = objective(session, run, metric)
+    studies.tell(study, run.trial, state, value)
+    record_event(session, run_id=None, sweep_id=run.sweep_id, type=EventType.trial,
+                 data={"kind": "finished", "run_id": run.id, "trial": run.trial, "status": run.status,
+                       "objective": value})
+
+
+def end_sweep(session: Session, sweep: Sweep, status: SweepStatus) -> None:
+    sweep.status, sweep.finished_at = status, utcnow()
+    session.add(sweep)
+    record_event(session, run_id=None, sweep_id=sweep.id, type=EventType.sweep, data={"status": status})
+
+
+def keep_top_checkpoints(session: Session, sweep: Sweep, trials: list[Run]) -> None:
+    """best.pt of the ``keep_checkpoints`` trials with the lowest best validation loss; the others' go."""
+    ranked = sorted((r for r in trials if r.best_val_loss is not None), key=lambda r: r.best_val_loss)
+    for run in ranked[sweep.config["keep_checkpoints"]:]:
+        if RunStatus(run.status).finished and run.checkpoint_path:
+            remove_file(Path(run.checkpoint_path))
+            run.checkpoint_path = None
+            run.disk_bytes = run_disk_bytes(run)
+            session.add(run)
+
+
+def cancel_sweep(session: Session, *, sweep_id: int, settings: Settings) -> Sweep:
+    sweep = lock_sweep(session, sweep_id)
+    if sweep.status != SweepStatus.running:
+        raise Conflict(f"sweep {sweep_id} has already ended ({sweep.status})")
+    end_sweep(session, sweep, SweepStatus.cancelled)
+    session.commit()
+    for run in trials_of(session, sweep_id):
+        if run.status in ACTIVE:
+            cancel_run(session, run_id=run.id, settings=settings)
+    settle_sweep(session, sweep_id=sweep_id, settings=settings)
+    session.refresh(sweep)
+    return sweep
+
+
+def delete_sweep(session: Session, *, sweep_id: int, settings: Settings) -> None:
+    sweep = get_sweep(session, sweep_id=sweep_id)
+    if any(r.status == RunStatus.running for r in trials_of(session, sweep_id)):
+        raise Conflict(f"sweep {sweep_id} has running trials; cancel it first")
+    for run in trials_of(session, sweep_id):
+        delete_run(session, run_id=run.id, settings=settings)
+    session.delete(sweep)
+    session.commit()
+    studies.delete(settings, sweep_id)
+
+
+# -- reading -----------------------------------------------------------------------------------------
+def get_sweep(session: Session, *, sweep_id: int) -> Sweep:
+    sweep = session.get(Sweep, sweep_id)
+    if sweep is None:
+        raise NotFound(f"sweep {sweep_id} does not exist")
+    return sweep
+
+
+def list_sweeps(session: Session) -> list[SweepPublic]:
+    sweeps = session.exec(select(Sweep).order_by(col(Sweep.id).desc()).limit(200)).all()
+    return [sweep_public(s, trials_of(session, s.id)) for s in sweeps]
+
+
+def sweep_public(sweep: Sweep, trials: list[Run]) -> SweepPublic:
+    return SweepPublic.model_validate({**sweep.model_dump(), "counts": dict(Counter(r.status for r in trials)),
+                                       "disk_bytes": sum(r.disk_bytes for r in trials)})
+
+
+def trial_public(session: Session, run: Run, config: dict) -> TrialPublic:
+    searched = [*studies.search_space(config), *studies.constants(config)]
+    last_rate = session.exec(select(Metric.tokens_per_sec).where(Metric.run_id == run.id, Metric.tokens_per_sec > 0)
+                             .order_by(col(Metric.step).desc()).limit(1)).first()
+    return TrialPublic(run_id=run.id, trial=run.trial, name=run.name, status=run.status,
+                       params={k: run.config.get(k) for k in searched}, last_step=run.last_step,
+                       steps=int(run.config["steps"]), best_val_loss=run.best_val_loss,
+                       objective=objective(session, run, config["metric"]["name"])
+                       if run.status == RunStatus.succeeded else None,
+                       tokens_per_sec=last_rate, has_checkpoint=bool(run.checkpoint_path), disk_bytes=run.disk_bytes)
+
+
+def sweep_detail(session: Session, *, sweep_id: int, settings: Settings) -> SweepDetail:
+    sweep = get_sweep(session, sweep_id=sweep_id)
+    trials = trials_of(session, sweep_id)
+    public = [trial_public(session, r, sweep.config) for r in trials]
+    done = [t for t in public if t.objective is not None]
+    best = min(done, key=lambda t: t.objective) if done else None
+    study = studies.load(settings, sweep_id, sweep.config, studies.evaluations(sweep.config["base"]))
+    return SweepDetail.model_validate({**sweep_public(sweep, trials).model_dump(), "trials": public, "best": best,
+                                       "importance": studies.importance(study)})

@@ -1,0 +1,173 @@
+"""A sweep's Optuna study: its storage, sampler and pruner, built from the sweep's config.
+
+The sampler and pruner are not stored by Optuna; every process (the app creating a sweep, the
+job reporting an evaluation, whoever adds the next trial) rebuilds them from the sweep's config,
+so they must be deterministic: the sampler's seed is the sweep's seed plus the trials so far.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.storages import BaseStorage, JournalStorage, RDBStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from .settings import Settings
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial otherwise, in every job's log
+
+MIN_TRIALS_FOR_IMPORTANCE = 4  # fANOVA over fewer finished trials says nothing
+
+
+@lru_cache(maxsize=8)
+def _storage(db_url: str, journal: str) -> BaseStorage:
+    # PostgreSQL: Optuna's own tables beside ours, reached by every worker. SQLite: Optuna's journal
+    # file (append-only, file-locked) beside the database, because Optuna's RDB storage on the same
+    # SQLite file adds its own writers to SQLite's single write lock (measured in BENCHMARKS.md).
+    if db_url.startswith("postgresql"):
+        return RDBStorage(db_url, engine_kwargs={"pool_pre_ping": True})
+    return JournalStorage(JournalFileBackend(journal))
+
+
+def storage(settings: Settings) -> BaseStorage:
+    return _storage(settings.db_url, str(settings.home_dir / "optuna.journal"))
+
+
+def study_name(sweep_id: int) -> str:
+    return f"sweep-{sweep_id}"
+
+
+# -- the search space --------------------------------------------------------------------------------
+def constants(config: dict) -> dict[str, Any]:
+    """Parameters with one ``value``: part of every trial's options, not searched."""
+    return {name: p["value"] for name, p in config["parameters"].items() if p.get("value") is not None}
+
+
+def distribution(p: dict) -> BaseDistribution:
+    """A W&B parameter (``values``, or ``min``/``max`` with a ``distribution``) as Optuna's distribution."""
+    if p.get("values") is not None:
+        return CategoricalDistribution(p["values"])
+    kind = p.get("distribution") or ("int_uniform" if float(p["min"]).is_integer() and
+                                     float(p["max"]).is_integer() and p.get("q") is None else "uniform")
+    if kind == "int_uniform":
+        return IntDistribution(int(p["min"]), int(p["max"]))
+    if kind == "log_uniform_values":
+        return FloatDistribution(p["min"], p["max"], log=True)
+    if kind == "q_uniform":
+        return FloatDistribution(p["min"], p["max"], step=p["q"])
+    return FloatDistribution(p["min"], p["max"])
+
+
+def search_space(config: dict) -> dict[str, BaseDistribution]:
+    return {name: distribution(p) for name, p in config["parameters"].items() if p.get("value") is None}
+
+
+def grid(config: dict) -> dict[str, list]:
+    return {name: list(p["values"]) for name, p in config["parameters"].items() if p.get("values") is not None}
+
+
+def trials_planned(config: dict) -> int:
+    """run_cap, or for a grid without one, the grid's size (every point once)."""
+    if config.get("run_cap"):
+        return int(config["run_cap"])
+    return math.prod(len(v) for v in grid(config).values())
+
+
+def sampler(config: dict, trials_so_far: int) -> optuna.samplers.BaseSampler:
+    seed = config.get("seed", 0) + trials_so_far
+    if config["method"] == "grid":
+        return optuna.samplers.GridSampler(grid(config), seed=config.get("seed", 0))
+    if config["method"] == "bayes":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(2, trials_planned(config) // 4)))
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def evaluations(base: dict) -> int:
+    """Evaluations after step 0 in a trial of these options: the pruner's resource."""
+    return max(1, math.ceil(int(base["steps"]) / int(base["eval_every"])))
+
+
+def pruner(config: dict, max_evaluations: int) -> optuna.pruners.BasePruner:
+    early = config.get("early_terminate")
+    if not early:
+        return optuna.pruners.NopPruner()
+    if early["type"] == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=early["min_iter"])
+    return optuna.pruners.HyperbandPruner(min_resource=early["min_iter"], max_resource=max_evaluations,
+                                          reduction_factor=early["eta"])
+
+
+# -- the study -----------------------------------------------------------------------------------
+def create(settings: Settings, sweep_id: int) -> None:
+    optuna.create_study(study_name=study_name(sweep_id), storage=storage(settings), direction="minimize",
+                        load_if_exists=True)
+
+
+def load(settings: Settings, sweep_id: int, config: dict, max_evaluations: int, *, to_ask: bool = False
+         ) -> optuna.Study:
+    """The sweep's study with its pruner; with its sampler only ``to_ask`` (a grid sampler's bookkeeping
+    after a trial calls ``Study.stop``, which Optuna allows only inside ``optimize``)."""
+    st = storage(settings)
+    name = study_name(sweep_id)
+    if to_ask:
+        chosen = sampler(config, st.get_n_trials(st.get_study_id_from_name(name)))
+    else:
+        chosen = optuna.samplers.RandomSampler()  # never asked: report and tell only
+    return optuna.load_study(study_name=name, storage=st, sampler=chosen, pruner=pruner(config, max_evaluations))
+
+
+def ask(study: optuna.Study, config: dict) -> tuple[int, dict[str, Any]]:
+    """The next trial: its number and the options it sets (searched, then the constants)."""
+    trial = study.ask(fixed_distributions=search_space(config))
+    return trial.number, {**trial.params, **constants(config)}
+
+
+def _trial(study: optuna.Study, number: int) -> optuna.Trial:
+    trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+    return optuna.Trial(study, trial_id)
+
+
+def report(study: optuna.Study, number: int, value: float, evaluation: int) -> bool:
+    """Report an evaluation's loss; True when the pruner says stop. A resumed trial reports the
+    evaluations after its checkpoint again: Optuna keeps the first value of each."""
+    trial = _trial(study, number)
+    if math.isfinite(value):
+        trial.report(value, evaluation)
+    return trial.should_prune()
+
+
+def is_finished(study: optuna.Study, number: int) -> bool:
+    trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+    return study._storage.get_trial(trial_id).state.is_finished()
+
+
+def tell(study: optuna.Study, number: int, state: TrialState, value: float | None = None) -> None:
+    """The trial's result, once: a trial already told (a job that crashed after telling) is left."""
+    if is_finished(study, number):
+        return
+    if state == TrialState.COMPLETE and (value is None or not math.isfinite(value)):
+        state = TrialState.FAIL  # a run without a usable objective (NaN): a finding, not a result
+    study.tell(number, value if state == TrialState.COMPLETE else None, state=state)
+
+
+def importance(study: optuna.Study) -> dict[str, float] | None:
+    """fANOVA importance of each searched option, once enough trials completed; None before."""
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+    if len(done) < MIN_TRIALS_FOR_IMPORTANCE or not study.best_trial.distributions:
+        return None
+    varied = {name for t in done for name in t.distributions if len({str(u.params.get(name)) for u in done}) > 1}
+    if not varied:
+        return None
+    return {k: round(v, 4) for k, v in optuna.importance.get_param_importances(study, params=sorted(varied)).items()}
+
+
+def delete(settings: Settings, sweep_id: int) -> None:
+    try:
+        optuna.delete_study(study_name=study_name(sweep_id), storage=storage(settings))
+    except KeyError:  # never created (the sweep failed before its first trial)
+        pass

@@ -1,0 +1,142 @@
+"""Sweeps end to end: the real app and two real workers, on SQLite and on PostgreSQL; the study on Optuna.
+
+Trials are ordinary runs of the tiny preset (a few seconds each on 2 cores).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .service_helpers import AppServer, Worker, read_events, wait_for
+from .test_service import make_home
+
+BASE = {"preset": "tiny", "device": "cpu", "precision": "fp32", "batch_size": 4, "threads": 1, "seed": 5,
+        "steps": 20, "eval_every": 5, "eval_batches": 4, "sample_tokens": 8}
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory, slice_path, warm_cache, database):
+    """One app and two workers, on SQLite and on PostgreSQL."""
+    home = make_home(tmp_path_factory.mktemp("sweeps"), slice_path, warm_cache, **database)
+    app = AppServer(home)
+    workers = [Worker(home, "w1"), Worker(home, "w2")]
+    yield home, app
+    for w in workers:
+        w.stop()
+    app.stop()
+
+
+def create_sweep(client, **config) -> dict:
+    response = client.post("/api/sweeps", json={"base": BASE, **config})
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def files_of(detail: dict, home) -> dict[int, set[str]]:
+    return {t["trial"]: {p.name for p in (home.path / "runs" / str(t["run_id"])).iterdir() if p.is_file()}
+            for t in detail["trials"]}
+
+
+def test_a_grid_sweep_runs_every_point_once_on_two_workers(service):
+    home, app = service
+    with app.client() as c:
+        sweep = create_sweep(c, method="grid", parameters={"lr": {"values": [0.003, 0.01]},
+                                                              "dropout": {"values": [0.0, 0.1]}}, parallel=2,
+                             keep_checkpoints=3, name="grid")
+        assert sweep["status"] == "running" and sweep["trials_planned"] == 4
+        assert [t["status"] for t in sweep["trials"]] == ["queued", "queued"]  # parallel: 2 at a time
+        events = read_events(f"{app.url}/api/sweeps/{sweep['id']}/events", timeout=300)
+        detail = c.get(f"/api/sweeps/{sweep['id']}").json()
+    assert detail["status"] == "finished" and detail["counts"] == {"succeeded": 4}
+    points = sorted((t["params"]["lr"], t["params"]["dropout"]) for t in detail["trials"])
+    assert points == [(0.003, 0.0), (0.003, 0.1), (0.01, 0.0), (0.01, 0.1)]
+    assert sorted(t["trial"] for t in detail["trials"]) == [0, 1, 2, 3]
+    best = min(detail["trials"], key=lambda t: t["best_val_loss"])
+    assert detail["best"]["run_id"] == best["run_id"] and detail["best"]["objective"] == best["best_val_loss"]
+    assert set(detail["importance"]) == {"lr", "dropout"} and abs(sum(detail["importance"].values()) - 1) < 1e-3
+    kinds = [e["data"]["kind"] for e in events if e["event"] == "trial"]
+    assert kinds.count("created") == 4 and kinds.count("finished") == 4 and kinds.count("evaluated") == 16
+    assert events[-2]["event"] == "sweep" and events[-2]["data"]["status"] == "finished"
+    assert events[-1]["event"] == "end"
+    # the files left: an ended run keeps best.pt (weights only), never last.pt; the top 3 keep theirs
+    files = files_of(detail, home)
+    ranked = sorted(detail["trials"], key=lambda t: t["best_val_loss"])
+    assert all("last.pt" not in names for names in files.values())
+    assert [("best.pt" in files[t["trial"]]) for t in ranked] == [True, True, True, False]
+    assert [t["has_checkpoint"] for t in ranked] == [True, True, True, False]
+    for t in detail["trials"]:
+        folder = home.path / "runs" / str(t["run_id"])
+        assert t["disk_bytes"] == sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    assert detail["disk_bytes"] == sum(t["disk_bytes"] for t in detail["trials"])
+    from tinygpt.checkpoint import read_checkpoint
+
+    kept = read_checkpoint(Path(home.path / "runs" / str(ranked[0]["run_id"]) / "best.pt"))
+    assert kept["optimizer"] is None and kept["model"]  # weights for sampling; 1/3 of the size
+
+
+def test_a_hopeless_trial_is_pruned_before_its_last_step(service):
+    """Median pruning: trials with a learning rate that learns, and one (lr 1e-7) that cannot."""
+    home, app = service
+    with app.client() as c:
+        sweep = create_sweep(c, method="grid", parameters={"lr": {"values": [0.01, 0.008, 1e-7]}}, parallel=1,
+                             early_terminate={"type": "median", "min_iter": 1}, seed=3,
+                             base={**BASE, "steps": 40})
+        read_events(f"{app.url}/api/sweeps/{sweep['id']}/events", timeout=300)
+        detail = c.get(f"/api/sweeps/{sweep['id']}").json()
+    hopeless = next(t for t in detail["trials"] if t["params"]["lr"] == 1e-7)
+    assert hopeless["status"] == "pruned" and hopeless["last_step"] < 40
+    assert hopeless["objective"] is None and hopeless["best_val_loss"] is not None  # metrics kept
+    assert detail["best"]["params"]["lr"] in (0.01, 0.008)
+    files = files_of(detail, home)[hopeless["trial"]]
+    assert "last.pt" not in files and "metrics.csv" in files
+
+
+@pytest.mark.parametrize("config, field, message", [
+    ({"parameters": {"learning_rate": {"values": [0.1]}}}, ["parameters", "learning_rate"],
+     "'learning_rate' is not a run option (GET /api/options lists them)"),
+    ({"parameters": {"lr": {"min": 1e-4, "max": 5.0}}, "method": "random", "run_cap": 2}, ["parameters", "lr"],
+     "max 5.0: lr must be in (0, 1], got 5.0"),
+    ({"parameters": {"dropout": {"values": [0.1, 1.5]}}}, ["parameters", "dropout"],
+     "value 1.5: dropout must be in [0, 1), got 1.5"),
+    ({"method": "hyperopt"}, ["method"], "Value error, method must be one of grid, random, bayes"),
+    ({"method": "random"}, ["run_cap"], "run_cap is required for a random sweep (it would never end)"),
+    ({"parameters": {"lr": {"min": 1e-4, "max": 1e-2}}}, ["parameters", "lr"],
+     "a grid sweep needs a list of values, not a range"),
+    ({"parameters": {"batch_size": {"min": 4, "max": 8.5}}, "method": "random", "run_cap": 2},
+     ["parameters", "batch_size"], "batch_size takes whole numbers: use int_uniform or values"),
+    ({"base": {**BASE, "steps": 0}}, ["base", "steps"], "steps must be in [1, 10000000], got 0"),
+    ({"early_terminate": {"type": "bohb"}}, ["early_terminate", "type"],
+     "Value error, early_terminate type must be one of hyperband, median"),
+])
+def test_bad_sweep_configs_are_refused_naming_what_is_wrong(service, config, field, message):
+    _, app = service
+    with app.client() as c:
+        response = c.post("/api/sweeps", json={"method": "grid", "base": BASE,
+                                               "parameters": {"lr": {"values": [0.01]}}, **config})
+        assert response.status_code == 422, response.text
+        [error] = [e for e in response.json()["detail"] if e["loc"][1:] == field] or response.json()["detail"]
+        assert error["loc"][1:] == field and error["msg"] == message, response.json()
+
+
+def test_cancel_stops_every_trial(service):
+    _, app = service
+    with app.client() as c:
+        sweep = create_sweep(c, method="random", run_cap=6, parallel=3, parameters={"lr": {
+            "min": 1e-3, "max": 1e-2, "distribution": "log_uniform_values"}}, base={**BASE, "steps": 400})
+        wait_for(lambda: any(t["status"] == "running" for t in c.get(f"/api/sweeps/{sweep['id']}").json()["trials"]),
+                 timeout=60, message="a trial running")
+        cancelled = c.post(f"/api/sweeps/{sweep['id']}/cancel").json()
+        assert cancelled["status"] == "cancelled"
+        wait_for(lambda: all(t["status"] == "cancelled" for t in c.get(f"/api/sweeps/{sweep['id']}").json()["trials"]),
+                 timeout=60, message="every trial cancelled")
+        detail = c.get(f"/api/sweeps/{sweep['id']}").json()
+        assert len(detail["trials"]) == 3 and detail["counts"] == {"cancelled": 3}  # no trial after the cancel
+        assert c.post(f"/api/sweeps/{sweep['id']}/cancel").status_code == 409
+        # deleting it frees its trials' files
+        folders = [Path(app.home.path / "runs" / str(t["run_id"])) for t in detail["trials"]]
+        assert c.delete(f"/api/sweeps/{sweep['id']}").status_code == 204
+        assert not any(f.exists() for f in folders)
+        assert c.get(f"/api/sweeps/{sweep['id']}").status_code == 404
+        assert all(c.get(f"/api/runs/{t['run_id']}").status_code == 404 for t in detail["trials"])
