@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any
 
 import optuna
+import sqlalchemy as sa
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
@@ -24,13 +25,19 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial other
 MIN_TRIALS_FOR_IMPORTANCE = 4  # fANOVA over fewer finished trials says nothing
 
 
+OPTUNA_SCHEMA = "optuna"  # PostgreSQL: Optuna's tables and its own alembic_version apart from ours
+
+
 @lru_cache(maxsize=8)
 def _storage(db_url: str, journal: str) -> BaseStorage:
-    # PostgreSQL: Optuna's own tables beside ours, reached by every worker. SQLite: Optuna's journal
-    # file (append-only, file-locked) beside the database, because Optuna's RDB storage on the same
-    # SQLite file adds its own writers to SQLite's single write lock (measured in BENCHMARKS.md).
+    # PostgreSQL: Optuna's own tables in the dashboard's database (schema "optuna"), reached by every
+    # worker. SQLite: Optuna's journal file (append-only, file-locked) beside the database, because
+    # Optuna's RDB storage on the same SQLite file adds its own writers to SQLite's single write lock.
     if db_url.startswith("postgresql"):
-        return RDBStorage(db_url, engine_kwargs={"pool_pre_ping": True})
+        with sa.create_engine(db_url).begin() as conn:
+            conn.execute(sa.text(f"CREATE SCHEMA IF NOT EXISTS {OPTUNA_SCHEMA}"))
+        return RDBStorage(db_url, engine_kwargs={"pool_pre_ping": True,
+                                                 "connect_args": {"options": f"-csearch_path={OPTUNA_SCHEMA}"}})
     return JournalStorage(JournalFileBackend(journal))
 
 
