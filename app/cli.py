@@ -101,6 +101,34 @@ def run_serve(args: argparse.Namespace) -> int:
         worker.wait()
 
 
+def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="the sweep: a W&B-style YAML (or JSON) file")
+    p.add_argument("--url", help="a dashboard to submit it to, e.g. http://gpu-box:8000 (default: this "
+                   "machine's dashboard home, $TINYGPT_HOME)")
+
+
+def run_sweep_command(args: argparse.Namespace) -> int:
+    """Submit a sweep; print its page's address. Its trials run on the dashboard's workers."""
+    from .errors import AppError
+    from .settings import get_settings
+    from .sweep_submit import submit_local, submit_remote
+
+    settings = get_settings()
+    try:
+        text = open(args.config, encoding="utf-8").read()  # noqa: SIM115
+        sweep = submit_remote(text, args.url, settings) if args.url else submit_local(text, settings)
+    except OSError as exc:
+        print(f"tinygpt sweep: error: cannot read {args.config}: {exc.strerror}", file=sys.stderr)
+        return 2
+    except AppError as exc:
+        where = f"{exc.field}: " if exc.field else ""
+        print(f"tinygpt sweep: error: {where}{exc.message}", file=sys.stderr)
+        return 2
+    base = args.url.rstrip("/") if args.url else f"http://{settings.host}:{settings.port}{settings.root_path}"
+    print(f"sweep {sweep['id']} ({sweep['name']}): {sweep['trials_planned']} trials planned; {base}/sweeps/{sweep['id']}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = [w for w in (sys.argv[1:] if argv is None else argv) if not w.startswith("-")]
     if words and words[0] in SERVICE_COMMANDS:
@@ -118,6 +146,8 @@ def extra_commands() -> list[ExtraCommand]:
         ExtraCommand("serve", "start the dashboard app and a worker together", add_serve_arguments, run_serve),
         ExtraCommand("app", "start the dashboard app (REST API, event streams, pages)", add_bind_arguments, run_app),
         ExtraCommand("worker", "start a worker that runs queued jobs", add_worker_arguments, run_worker_command),
+        ExtraCommand("sweep", "submit a hyperparameter sweep (W&B-style YAML) to the dashboard",
+                     add_sweep_arguments, run_sweep_command),
     ]
 
 

@@ -5,6 +5,8 @@ Trials are ordinary runs of the tiny preset (a few seconds each on 2 cores).
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -140,3 +142,51 @@ def test_cancel_stops_every_trial(service):
         assert not any(f.exists() for f in folders)
         assert c.get(f"/api/sweeps/{sweep['id']}").status_code == 404
         assert all(c.get(f"/api/runs/{t['run_id']}").status_code == 404 for t in detail["trials"])
+
+
+SWEEP_YAML = """\
+method: random
+metric: {name: val_loss, goal: minimize}
+parameters:
+  lr: {min: 0.001, max: 0.01, distribution: log_uniform_values}
+  dropout: {values: [0.0, 0.1]}
+  batch_size: {value: 4}
+run_cap: 2
+parallel: 1
+name: from the command line
+base: {preset: tiny, device: cpu, precision: fp32, threads: 1, steps: 10, eval_every: 5, eval_batches: 2}
+"""
+
+
+def tinygpt(home, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], env=home.env(), capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parent.parent)
+
+
+def test_tinygpt_sweep_submits_a_wandb_yaml_to_a_dashboard(service, tmp_path):
+    home, app = service
+    config = tmp_path / "sweep.yaml"
+    config.write_text(SWEEP_YAML)
+    done = tinygpt(home, "sweep", "--config", str(config), "--url", app.url)
+    assert done.returncode == 0, done.stderr
+    sweep_id = int(done.stdout.split()[1])
+    assert done.stdout == f"sweep {sweep_id} (from the command line): 2 trials planned; {app.url}/sweeps/{sweep_id}\n"
+    with app.client() as c:
+        read_events(f"{app.url}/api/sweeps/{sweep_id}/events", timeout=300)
+        detail = c.get(f"/api/sweeps/{sweep_id}").json()
+    assert detail["counts"] == {"succeeded": 2}
+    assert all(0.001 <= t["params"]["lr"] <= 0.01 and t["params"]["batch_size"] == 4 for t in detail["trials"])
+
+
+@pytest.mark.parametrize("text, message", [
+    (SWEEP_YAML.replace("dropout:", "drop_out:"), "parameters.drop_out: 'drop_out' is not a run option"),
+    (SWEEP_YAML.replace("method: random", "method: hyperopt"), "method: method must be one of grid, random, bayes"),
+    ("method: [grid\n", "config: not valid YAML (line 2)"),
+])
+def test_tinygpt_sweep_refuses_a_bad_config_in_one_line(service, tmp_path, text, message):
+    home, _ = service
+    config = tmp_path / "sweep.yaml"
+    config.write_text(text)
+    done = tinygpt(home, "sweep", "--config", str(config))  # the local home: checked before anything is stored
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(f"tinygpt sweep: error: {message}") and done.stderr.count("\n") == 1, done.stderr

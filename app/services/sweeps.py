@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 from sqlalchemy import update
 from sqlmodel import Session, col, select
@@ -103,6 +104,24 @@ def check_sweep(body: SweepCreate) -> RunCreate:
 
 def sweep_config(body: SweepCreate) -> dict:
     return body.model_dump(mode="json", exclude={"name", "tags"})
+
+
+def parse_sweep_text(text: str) -> SweepCreate:
+    """A sweep config written as YAML (or JSON, which YAML reads too), e.g. a W&B ``sweep.yaml``."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" (line {where.line + 1})" if where is not None else ""
+        raise Invalid(f"not valid YAML{line}: {getattr(exc, 'problem', None) or exc}", field="config") from None
+    if not isinstance(data, dict):
+        raise Invalid("a sweep config is a mapping (method, parameters, ...)", field="config")
+    try:
+        return SweepCreate.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in error["loc"])
+        raise Invalid(error["msg"].removeprefix("Value error, "), field=field or "config") from None
 
 
 # -- creating, settling, cancelling, deleting --------------------------------------------------------
