@@ -19,7 +19,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from tinygpt.presets import list_presets
 
-from . import api_docs, login, pages
+from . import api_docs, login, pages, sweep_pages
 from .api import benchmarks, catalog, events, runs, sweeps
 from .db import init_db, session_scope
 from .errors import AppError
@@ -95,6 +95,7 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
     app.include_router(catalog.router)
     app.include_router(catalog.health_router)
     app.include_router(pages.router)
+    app.include_router(sweep_pages.router)
     app.include_router(login.router)
     app.include_router(api_docs.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).resolve().parent.parent / "static"), name="static")

@@ -16,3 +16,5 @@ fetch uplot 1.6.32 dist/uPlot.iife.min.js dist/uPlot.min.css
 # The API pages (/docs, /redoc): FastAPI's CDN defaults, served from here instead.
 fetch swagger-ui-dist 5.32.0 swagger-ui-bundle.js swagger-ui.css NOTICE
 fetch redoc 2.5.2 bundles/redoc.standalone.js
+# The sweep page: parallel coordinates and the importance bars (uPlot has no parallel coordinates).
+fetch echarts 6.1.0 dist/echarts.min.js NOTICE

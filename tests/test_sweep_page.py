@@ -1,0 +1,86 @@
+"""The sweep pages in Chromium against the real app and two real workers: the form starts a sweep, the
+trials table and the overlaid curves fill as trials run, the parallel coordinates and importance charts
+are drawn, and "Run the best settings" starts a run from the best trial's options."""
+
+from __future__ import annotations
+
+import pytest
+
+from .browser import needs_chromium, shot
+from .service_helpers import AppServer, Worker
+from .test_service import make_home
+
+pytestmark = needs_chromium
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory, slice_path, warm_cache):
+    home = make_home(tmp_path_factory.mktemp("sweep-pages"), slice_path, warm_cache)
+    app = AppServer(home)
+    workers = [Worker(home, "p1"), Worker(home, "p2")]
+    yield app
+    for w in workers:
+        w.stop()
+    app.stop()
+
+
+def chart_points(page, element_id: str) -> int:
+    return page.evaluate(f"echarts.getInstanceByDom(document.getElementById('{element_id}'))"
+                         ".getOption().series[0].data.length")
+
+
+def test_a_sweep_from_the_form_fills_its_page_live(site, page):
+    page.goto(f"{site.url}/sweeps")
+    assert page.inner_text("#sweeps-table") .count("No sweeps yet.") == 1
+    page.select_option("select[name=preset]", "tiny")
+    for name, value in {"steps": "20", "eval_every": "5", "batch_size": "4", "seed": "9", "run_cap": "4",
+                        "parallel": "2", "name": "lr and dropout", "p0_min": "0.002", "p0_max": "0.02"}.items():
+        page.fill(f"input[name={name}]", value)
+    page.select_option("select[name=device]", "cpu")
+    page.select_option("select[name=early_terminate]", "")  # no pruning: 4 completed trials give an importance
+    page.click("#sweep-form button[type=submit]")
+    page.wait_for_url("**/sweeps/*")
+    # live: the table and the curves fill while trials run
+    page.wait_for_function("document.querySelectorAll('#trials-table tbody tr[data-run]').length >= 2", timeout=60_000)
+    page.wait_for_function("document.querySelector('#curves canvas') !== null", timeout=120_000)
+    page.wait_for_function("document.getElementById('sweep-status').textContent === 'finished'", timeout=300_000)
+    page.wait_for_function("document.querySelectorAll('#trials-table tbody tr[data-run]').length === 4")
+    page.wait_for_function("document.querySelector('#sweep-progress').textContent.includes('4 of 4 trials done')")
+    assert page.locator("#trials-table .status-succeeded").count() == 4
+    page.wait_for_function("echarts.getInstanceByDom(document.getElementById('parallel'))"
+                           ".getOption().series[0].data.length === 4")
+    page.wait_for_function("echarts.getInstanceByDom(document.getElementById('importance'))"
+                           ".getOption().series[0].data.length === 2")
+    axes = page.evaluate("echarts.getInstanceByDom(document.getElementById('parallel')).getOption()"
+                         ".parallelAxis.map(a => a.name)")
+    assert axes == ["lr", "dropout", "best val"]
+    series = page.evaluate("document.querySelectorAll('#curves .u-legend .u-series').length")
+    assert series == 5  # the step axis and 4 trials
+    # sorting by best val puts the best trial first
+    page.click("#trials-table th:has-text('best val')")
+    first = page.locator("#trials-table tbody tr").first
+    assert "best" in (first.get_attribute("class") or "")
+    shot(page, "sweep-finished")
+    # run the best settings: the new-run form prefilled from the best trial
+    assert page.locator("#cancel-sweep").count() == 0  # gone once the sweep has ended
+    assert page.evaluate("document.querySelectorAll('#curves .u-legend .u-series').length") == 5
+    page.click("#run-best")
+    page.wait_for_url("**/new?from=*")
+    best = page.evaluate("fetch('/api/sweeps/1').then(r => r.json())")
+    assert float(page.input_value("input[name=lr]")) == pytest.approx(best["best"]["params"]["lr"])
+    page.fill("input[name=steps]", "10")
+    page.click("button[type=submit]")
+    page.wait_for_url("**/runs/*")
+
+
+def test_a_bad_yaml_config_is_refused_in_the_form(site, page):
+    page.goto(f"{site.url}/sweeps")
+    if page.locator("details.card[open]").count() == 0:  # folded once a sweep exists
+        page.click("summary:has-text('New sweep')")
+    page.click("text=…or a W&B sweep config")
+    page.fill("textarea[name=yaml]", "method: grid\nparameters:\n  learning_rate: {values: [0.1]}\n")
+    page.click("#sweep-form button[type=submit]")
+    page.wait_for_selector("#sweep-error")
+    assert page.inner_text("#sweep-error") == ("parameters.learning_rate: 'learning_rate' is not a run option "
+                                               "(GET /api/options lists them)")
+    shot(page, "sweep-form-error")
