@@ -190,3 +190,39 @@ def test_tinygpt_sweep_refuses_a_bad_config_in_one_line(service, tmp_path, text,
     done = tinygpt(home, "sweep", "--config", str(config))  # the local home: checked before anything is stored
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith(f"tinygpt sweep: error: {message}") and done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.slow  # a minute: a trial's worker killed, the trial resumed
+def test_a_worker_killed_mid_trial_leaves_one_result_for_it(tmp_path, slice_path, warm_cache, database):
+    import signal
+
+    from app import study as studies
+    from app.settings import Settings
+
+    home = make_home(tmp_path, slice_path, warm_cache, **database)
+    app, worker = AppServer(home), Worker(home, "killed")
+    try:
+        with app.client() as c:
+            sweep = create_sweep(c, method="grid", parameters={"lr": {"values": [0.01]}},
+                                 base={**BASE, "steps": 60, "eval_every": 10})
+            run_id = sweep["trials"][0]["run_id"]
+            wait_for(lambda: (home.path / "runs" / str(run_id) / "last.pt").exists(), timeout=120, message="step 10")
+            wait_for(lambda: c.get(f"/api/runs/{run_id}").json()["last_step"] >= 25, timeout=120, message="step 25")
+            worker.signal(signal.SIGKILL)
+            worker.popen.wait()
+            worker = Worker(home, "killed")  # its runs: crashed, re-queued, resumed from step 20
+            events = read_events(f"{app.url}/api/sweeps/{sweep['id']}/events", timeout=300)
+            detail = c.get(f"/api/sweeps/{sweep['id']}").json()
+            run = c.get(f"/api/runs/{run_id}").json()
+    finally:
+        worker.stop()
+        app.stop()
+    assert run["attempt"] == 2 and run["status"] == "succeeded"
+    assert detail["status"] == "finished" and detail["counts"] == {"succeeded": 1}
+    finished = [e["data"] for e in events if e["event"] == "trial" and e["data"]["kind"] == "finished"]
+    assert len(finished) == 1 and finished[0]["objective"] == run["best_val_loss"]
+    settings = Settings(home=home.path, database_url=home.extra_env.get("TINYGPT_DATABASE_URL"))
+    study = studies.load(settings, sweep["id"], {**sweep["config"]}, 6)
+    [trial] = study.get_trials()
+    assert trial.state.name == "COMPLETE" and trial.value == run["best_val_loss"]
+    assert sorted(trial.intermediate_values) == [1, 2, 3, 4, 5, 6]  # each evaluation once, resumed or not
