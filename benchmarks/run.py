@@ -3,7 +3,7 @@
 Every figure is a ratio of two things measured side by side in this one run, on
 this machine; absolute numbers are printed for context only.
 
-    python -m benchmarks.run [--only tokenizer,train,sample,service,dashboard,load] [--out BENCHMARKS.md]
+    python -m benchmarks.run [--only tokenizer,train,sample,service,dashboard,load,sweep] [--out BENCHMARKS.md]
 
 Results are also kept in benchmarks/results.json; a run with --only replaces those suites'
 results and keeps the others (each suite's ratios are measured within its own run).
@@ -18,7 +18,15 @@ from pathlib import Path
 
 from tinygpt.device import cpu_summary
 
-from . import bench_dashboard, bench_load, bench_sample, bench_service, bench_tokenizer, bench_train
+from . import (
+    bench_dashboard,
+    bench_load,
+    bench_sample,
+    bench_service,
+    bench_sweep,
+    bench_tokenizer,
+    bench_train,
+)
 from .common import ROOT, machine
 
 RESULTS = ROOT / "benchmarks" / "results.json"
@@ -30,7 +38,52 @@ SUITES = {
     "service": bench_service.run,
     "dashboard": bench_dashboard.run,
     "load": bench_load.run,
+    "sweep": bench_sweep.run,
 }
+
+
+def sweep_section(sw: dict) -> list[str]:
+    """The sweep suite: Hyperband against no pruning on the same 16 trials; job start-up warm and cold."""
+    un, pr = sw["unpruned"], sw["pruned"]
+    lines = [
+        f"## Sweeps (16-trial random sweep, tiny preset on Holmes, {sw['steps']} steps, 2 workers)",
+        "",
+        "The same 16 option sets (sampler seed 0: lr log-uniform 1e-4..1e-2, dropout 0..0.3, batch size 8/16/32),",
+        "once without pruning and once with Hyperband (min 1 evaluation, eta 3; an evaluation every tenth of the run).",
+        "",
+        "| sweep | training tokens | best val loss | trials (by status) | wall s | summed training s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, r in (("no pruning", un), ("Hyperband", pr)):
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(r["counts"].items()))
+        lines.append(f"| {name} | {r['tokens']:,} | {r['best_val_loss']:.4f} | {counts} | {r['wall_s']:.0f} |"
+                     f" {r['train_s']:.0f} |")
+    goal = "met" if sw["token_ratio"] <= 0.5 and sw["best_val_gap"] <= 0.05 else "NOT met"
+    lines += [
+        "",
+        f"**Hyperband spent {sw['token_ratio']:.0%} of the tokens** and found a best validation loss"
+        f" {sw['best_val_gap']:+.4f} from the unpruned sweep's (goal: at most half the tokens, within 0.05: {goal}).",
+        f"The sweep page's live latency (an evaluation written by its job -> received on the sweep's stream):"
+        f" p50 {pr['latency_p50_ms']:.0f} ms, p95 **{pr['latency_p95_ms']:.0f} ms** over {pr['evaluations_seen']}"
+        " evaluations.",
+        "",
+    ]
+    if st := sw.get("startup"):
+        lines += [
+            "Job start-up, a 1-step tiny run, submission -> its first training step (the `resolved` event,"
+            " written as training starts), median of 5, alternating:",
+            "",
+            "| job process | median s | max s |",
+            "|---|---|---|",
+            f"| fresh (`TINYGPT_WARM_JOBS=false`) | {st['cold']['median_s']:.2f} | {st['cold']['max_s']:.2f} |",
+            f"| warm (started ahead, modules imported) | {st['warm']['median_s']:.2f} | {st['warm']['max_s']:.2f} |",
+            "",
+            f"Warm: **{st['warm']['median_s']:.2f} s** (goal: at most 1.5 s). The unpruned sweep's wall time over its"
+            f" summed training time: {sw['overhead_cold']:.2f} with fresh job processes,"
+            f" {un['wall_s'] / un['train_s']:.2f} with warm ones (2 workers: 0.5 is no overhead at all).",
+            "",
+        ]
+    return lines
 
 
 def render(results: dict, machine_line: str, cpu_line: str, date: str) -> str:
@@ -216,6 +269,8 @@ def render(results: dict, machine_line: str, cpu_line: str, date: str) -> str:
                       " about 2x and a quarter less). Up to batch 32 a step costs about the same 12-14 ms whatever"
                       " the batch: the GPU waits on Python and kernel launches, so small batches waste it."]
         lines.append("")
+    if sw := results.get("sweep"):
+        lines += sweep_section(sw)
     lines += [
         "## Notes",
         "",

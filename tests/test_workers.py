@@ -96,3 +96,43 @@ def test_the_runs_of_a_killed_worker_are_recovered_by_another_at_once(tmp_path, 
         if rescuer:
             rescuer.stop()
         app.stop()
+
+
+def children(pid: int) -> list[tuple[int, str]]:
+    """The child processes of ``pid``, with their command lines."""
+    found = []
+    for child in open(f"/proc/{pid}/task/{pid}/children").read().split():
+        try:
+            found.append((int(child), open(f"/proc/{child}/cmdline").read().replace("\0", " ")))
+        except FileNotFoundError:
+            pass  # exited meanwhile
+    return found
+
+
+def warm_pids(worker: Worker) -> list[int]:
+    return [pid for pid, cmd in children(worker.popen.pid) if cmd.endswith("worker.job --warm ")]
+
+
+def test_a_run_starts_in_the_warm_job_process_and_the_next_one_warms_up(tmp_path, slice_path, warm_cache):
+    """Each device slot keeps one job process started ahead; a claimed run is handed to it (the same
+    pid trains the run), and a new warm one starts; stopping the worker leaves none behind."""
+    home = make_home(tmp_path, slice_path, warm_cache)
+    app, worker = AppServer(home), Worker(home, "warm")
+    try:
+        wait_for(lambda: len(warm_pids(worker)) == 1, timeout=30, message="a warm job process")
+        [ready] = warm_pids(worker)
+        with app.client() as c:
+            run = create(c, steps=5, eval_every=5)
+            read_events(f"{app.url}/api/runs/{run['id']}/events", timeout=120)
+            assert c.get(f"/api/runs/{run['id']}").json()["status"] == "succeeded"
+        assert f"run {run['id']} (attempt 1) started on cpu, pid {ready}" in worker.output()
+        wait_for(lambda: len(warm_pids(worker)) == 1 and warm_pids(worker) != [ready], timeout=30,
+                 message="the next warm job process")
+        [following] = warm_pids(worker)
+    finally:
+        assert worker.stop() == 0
+        app.stop()
+    with pytest.raises(ProcessLookupError):
+        import os
+
+        os.kill(following, 0)  # the warm process exited with its worker

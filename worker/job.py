@@ -20,6 +20,7 @@ import resource
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -136,7 +137,7 @@ class JobCallbacks(Callbacks):
             record_event(s, run_id=None, sweep_id=trial.sweep_id, type=EventType.trial,
                          data={"kind": "pruned" if prune else "evaluated", "run_id": self.run_id,
                                "trial": trial.number, "step": m.step, "val_loss": m.val_loss,
-                               "train_loss": m.train_loss})
+                               "train_loss": m.train_loss, "at": time.time()})  # at: for the latency benchmark
             if prune:
                 record_event(s, run_id=self.run_id, type=EventType.log, data={
                     "message": f"pruned by the sweep at step {m.step} (val {m.val_loss:.4f}): stopping"})
@@ -314,10 +315,22 @@ def run_benchmark(run: Run, settings: Settings, callbacks: JobCallbacks) -> bool
     return len(cells) < total
 
 
+def wait_for_run() -> list[str] | None:
+    """A warm job (``--warm``), started ahead with its modules imported: the worker hands it a run as
+    ``RUN_ID ATTEMPT`` on stdin; stdin closed without one (the worker stopping): None."""
+    init_db(get_settings())
+    line = sys.stdin.readline()
+    return line.split() if line.strip() else None
+
+
 def main(argv: list[str]) -> int:
-    run_id, attempt = int(argv[0]), int(argv[1])
     parent = os.getppid()
     die_with_parent()
+    if argv == ["--warm"]:
+        argv = wait_for_run()
+        if argv is None:
+            return EXIT_OK
+    run_id, attempt = int(argv[0]), int(argv[1])
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is this job? (in the worker's log)
     dist = dist_info()
     logging.basicConfig(level=logging.INFO, format=f"job {run_id} (rank {dist.rank}): %(levelname)s %(message)s")

@@ -48,6 +48,10 @@ class Slot:
     device: str
     run_id: int | None = None
     process: subprocess.Popen | None = None
+    warm: subprocess.Popen | None = None  # the next job's process, started ahead: modules imported, waiting
+
+
+JOB_COMMAND = [sys.executable, "-m", "worker.job"]
 
 
 def signal_description(returncode: int) -> str:
@@ -81,10 +85,40 @@ class Worker:
         self.last_settle = 0.0
 
     def start_job(self, slot: Slot, run: Run) -> None:
-        cmd = [sys.executable, "-m", "worker.job", str(run.id), str(run.attempt)]
-        slot.process = subprocess.Popen(cmd, start_new_session=True)  # Ctrl-C reaches the worker only
+        """The run's job: the slot's warm process when it has one (handed the run on its stdin), else a
+        fresh one; then the next warm process starts, importing while this run trains."""
+        slot.process = self.hand_over(slot.warm, run) if slot.warm is not None else None
+        if slot.process is None:
+            cmd = [*JOB_COMMAND, str(run.id), str(run.attempt)]
+            slot.process = subprocess.Popen(cmd, start_new_session=True)  # Ctrl-C reaches the worker only
+        slot.warm = None
         slot.run_id = run.id
         log.info("run %s (attempt %s) started on %s, pid %s", run.id, run.attempt, slot.device, slot.process.pid)
+        self.start_warm(slot)
+
+    @staticmethod
+    def hand_over(warm: subprocess.Popen, run: Run) -> subprocess.Popen | None:
+        if warm.poll() is not None:
+            return None  # it died waiting (killed from outside): start a fresh one
+        try:
+            warm.stdin.write(f"{run.id} {run.attempt}\n")
+            warm.stdin.close()
+        except BrokenPipeError:
+            return None
+        return warm
+
+    def start_warm(self, slot: Slot) -> None:
+        if self.settings.warm_jobs and not self.stopping.is_set():
+            slot.warm = subprocess.Popen([*JOB_COMMAND, "--warm"], stdin=subprocess.PIPE, text=True,
+                                         start_new_session=True)
+
+    def stop_warm(self) -> None:
+        """Warm processes exit when their stdin closes without a run."""
+        for slot in self.slots:
+            if slot.warm is not None:
+                slot.warm.stdin.close()
+                slot.warm.wait()
+                slot.warm = None
 
     def reap_child(self, slot: Slot) -> None:
         """After a child exits: if it did not record an outcome itself, record one for it."""
@@ -170,6 +204,8 @@ class Worker:
         if reaped:
             log.warning("found crashed runs %s", reaped)
         log.info("worker %s serving devices %s", self.name, [s.device for s in self.slots])
+        for slot in self.slots:
+            self.start_warm(slot)
         while not self.stopping.is_set():
             try:
                 self.tick()
@@ -177,6 +213,7 @@ class Worker:
                 log.exception("worker loop error; retrying")
             self.stopping.wait(self.settings.worker_poll_sec)
         self.shutdown()
+        self.stop_warm()
         with session_scope(self.settings) as s:
             registry.unregister(s, name=self.name)
         log.info("worker %s stopped", self.name)
