@@ -121,6 +121,13 @@ def database_faults(request: pytest.FixtureRequest) -> dict:
     return database_env(request)
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=[pytest.mark.slow, pytest.mark.scale])],
+                scope="module")
+def database_slow_pg(request: pytest.FixtureRequest) -> dict:
+    """As ``database_faults``, for a module's shared service (the sweeps): PostgreSQL with the slow tests."""
+    return database_env(request)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport:
     """When a test on the shared service fails, show the end of its app's and worker's logs (and so

@@ -42,6 +42,9 @@ class Home:
             "TINYGPT_WORKER_POLL_SEC": "0.2",
             "TINYGPT_EVENT_POLL_SEC": "0.05",
             "PYTHONUNBUFFERED": "1",
+            # warm job processes cost each worker a process importing torch; the tests of the default
+            # (tests/test_service.py, test_sweeps.py, the warm test in test_workers.py) turn them on
+            "TINYGPT_WARM_JOBS": "false",
             **self.extra_env,
         }
 

@@ -22,6 +22,9 @@ BEARER = {"Authorization": f"Bearer {TOKEN}"}
 OPEN = {"/healthz", "/login", "/logout"}
 PRIVATE_FILES = {"/api/runs/{run_id}/checkpoint"}
 QUERY = {"/api/compare": "ids={run},{run}", "/compare": "ids={run},{run}", "/api/runs/{run_id}/neighbors": "word=%20the"}
+SWEEP = 1  # the site's one sweep (its trials stay queued)
+SWEEP_BODY = {"method": "grid", "parameters": {"lr": {"values": [0.01]}},
+              "base": {"preset": "tiny", "device": "cpu", "steps": 2}}
 BENCHMARK_PATHS = {"/api/benchmarks/{run_id}", "/benchmarks/{run_id}", "/partials/benchmarks/{run_id}/cells"}
 
 
@@ -53,16 +56,18 @@ def site(tmp_path_factory, slice_path, warm_cache):
             wait_for(lambda r=run_id: c.get(f"/api/runs/{r}").json()["status"] == "succeeded", timeout=180,
                      message=f"run {run_id} to succeed")
     worker.stop()
+    with httpx.Client(base_url=app.url, headers=BEARER, timeout=30) as c:
+        assert c.post("/api/sweeps", json=SWEEP_BODY).json()["id"] == SWEEP
     public = AppServer(Home(home.path, slice_path, {"TINYGPT_API_TOKEN": TOKEN, "TINYGPT_PUBLIC_READ": "true"}))
     yield app, public, run, bench
     public.stop()
     app.stop()
 
 
-def url_of(path: str, run: int, bench: int, victim: int | None = None) -> str:
+def url_of(path: str, run: int, bench: int, victim: int | None = None, sweep: int = SWEEP) -> str:
     run_id = bench if path in BENCHMARK_PATHS else victim or run
     query = QUERY.get(path, "").format(run=run)
-    return path.replace("{run_id}", str(run_id)) + (f"?{query}" if query else "")
+    return path.replace("{run_id}", str(run_id)).replace("{sweep_id}", str(sweep)) + (f"?{query}" if query else "")
 
 
 def status_of(client: httpx.Client, method: str, url: str, **kwargs: object) -> int:
@@ -97,7 +102,8 @@ def test_changes_pass_the_guard_with_the_token(site, method, path):
     app, _, run, bench = site
     with httpx.Client(base_url=app.url, headers=BEARER, timeout=30) as c:
         victim = c.post("/api/runs", json={"preset": "tiny", "device": "cpu", "steps": 2}).json()[0]["id"]
-        assert status_of(c, method, url_of(path, run, bench, victim), json={}) not in (401, 403)
+        sweep = c.post("/api/sweeps", json=SWEEP_BODY).json()["id"]  # a sweep to cancel or delete
+        assert status_of(c, method, url_of(path, run, bench, victim, sweep), json={}) not in (401, 403)
 
 
 @pytest.mark.parametrize("method, path", ROUTES)

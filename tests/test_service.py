@@ -27,7 +27,7 @@ def make_home(tmp_path, slice_path, warm_cache, **extra_env) -> Home:
 def shared(tmp_path_factory, slice_path, warm_cache, database):
     """One app and one worker for the tests that need no faults, on SQLite and on PostgreSQL."""
     home = make_home(tmp_path_factory.mktemp("shared"), slice_path, warm_cache, TINYGPT_MAX_UPLOAD_MB="0.5",
-                     **database)
+                     TINYGPT_WARM_JOBS="true", **database)
     app = AppServer(home)
     worker = Worker(home, "shared")
     yield home, app
@@ -78,6 +78,10 @@ def test_run_end_to_end_through_the_event_stream(shared):
         assert final["status"] == "succeeded" and final["last_step"] == 30 and final["has_checkpoint"]
         assert final["device"] == "cpu" and final["precision"] == "fp32" and final["device_info"]["type"] == "cpu"
         assert final["best_step"] == 30 and final["best_val_loss"] > 0
+        # the files an ended run leaves: best.pt (weights only), no resume point, and the disk they use
+        folder = home.path / "runs" / str(run["id"])
+        assert (folder / "best.pt").exists() and not (folder / "last.pt").exists()
+        assert final["disk_bytes"] == sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
         assert "pid" not in final and "checkpoint_path" not in final and "worker_host" not in final  # internal fields
         assert final["worker"] == {"name": "shared", "host": socket.gethostname()}  # where it ran
 

@@ -19,9 +19,10 @@ BASE = {"preset": "tiny", "device": "cpu", "precision": "fp32", "batch_size": 4,
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory, slice_path, warm_cache, database):
-    """One app and two workers, on SQLite and on PostgreSQL."""
-    home = make_home(tmp_path_factory.mktemp("sweeps"), slice_path, warm_cache, **database)
+def service(tmp_path_factory, slice_path, warm_cache, database_slow_pg):
+    """One app and two workers (warm job processes on), on SQLite and (slow) on PostgreSQL."""
+    home = make_home(tmp_path_factory.mktemp("sweeps"), slice_path, warm_cache, TINYGPT_WARM_JOBS="true",
+                     **database_slow_pg)
     app = AppServer(home)
     workers = [Worker(home, "w1"), Worker(home, "w2")]
     yield home, app
@@ -193,13 +194,13 @@ def test_tinygpt_sweep_refuses_a_bad_config_in_one_line(service, tmp_path, text,
 
 
 @pytest.mark.slow  # a minute: a trial's worker killed, the trial resumed
-def test_a_worker_killed_mid_trial_leaves_one_result_for_it(tmp_path, slice_path, warm_cache, database):
+def test_a_worker_killed_mid_trial_leaves_one_result_for_it(tmp_path, slice_path, warm_cache, database_faults):
     import signal
 
     from app import study as studies
     from app.settings import Settings
 
-    home = make_home(tmp_path, slice_path, warm_cache, **database)
+    home = make_home(tmp_path, slice_path, warm_cache, **database_faults)
     app, worker = AppServer(home), Worker(home, "killed")
     try:
         with app.client() as c:

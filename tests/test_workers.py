@@ -116,7 +116,7 @@ def warm_pids(worker: Worker) -> list[int]:
 def test_a_run_starts_in_the_warm_job_process_and_the_next_one_warms_up(tmp_path, slice_path, warm_cache):
     """Each device slot keeps one job process started ahead; a claimed run is handed to it (the same
     pid trains the run), and a new warm one starts; stopping the worker leaves none behind."""
-    home = make_home(tmp_path, slice_path, warm_cache)
+    home = make_home(tmp_path, slice_path, warm_cache, TINYGPT_WARM_JOBS="true")
     app, worker = AppServer(home), Worker(home, "warm")
     try:
         wait_for(lambda: len(warm_pids(worker)) == 1, timeout=30, message="a warm job process")
