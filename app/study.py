@@ -135,6 +135,8 @@ def ask(study: optuna.Study, config: dict) -> tuple[int, dict[str, Any]]:
 
 
 def _trial(study: optuna.Study, number: int) -> optuna.Trial:
+    """The trial of this number, to report to from the job's process: Optuna's ask-and-tell interface has
+    no public way to reach a trial asked in another process, so this goes through the study's storage."""
     trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
     return optuna.Trial(study, trial_id)
 

@@ -29,6 +29,7 @@ def chart_points(page, element_id: str) -> int:
                          ".getOption().series[0].data.length")
 
 
+@pytest.mark.slow  # 75 s on 2 cores: a 4-trial sweep watched to its end
 def test_a_sweep_from_the_form_fills_its_page_live(site, page):
     page.goto(f"{site.url}/sweeps")
     assert page.inner_text("#sweeps-table") .count("No sweeps yet.") == 1
