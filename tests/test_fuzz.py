@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def fuzzed_app(tmp_path_factory, slice_path):
-    """An app (no worker: runs stay queued) with a few runs and a dataset to find."""
+    """An app (no worker: runs stay queued) with a few runs, a dataset and a sweep to find."""
     home = Home(tmp_path_factory.mktemp("fuzz"), slice_path, {"TINYGPT_API_TOKEN": TOKEN})
     app = AppServer(home)
     with app.client() as c:
@@ -37,6 +37,8 @@ def fuzzed_app(tmp_path_factory, slice_path):
             assert c.post("/api/runs", json=RUN, headers=headers).status_code == 201
         files = {"file": ("fuzz.txt", b"It is a capital mistake to theorize before one has data. " * 20)}
         assert c.post("/api/datasets", data={"name": "fuzz"}, files=files, headers=headers).status_code == 201
+        sweep = {"method": "grid", "parameters": {"lr": {"values": [0.01, 0.02]}}, "base": RUN}
+        assert c.post("/api/sweeps", json=sweep, headers=headers).status_code == 201
     yield app
     app.stop()
 
@@ -48,7 +50,9 @@ OPERATIONS = [
     "GET /api/runs/{run_id}/samples", "GET /api/runs/{run_id}/checkpoint", "POST /api/runs/{run_id}/sample",
     "GET /api/runs/{run_id}/neighbors", "POST /api/benchmarks", "GET /api/benchmarks", "GET /api/benchmarks/estimates",
     "GET /api/benchmarks/{run_id}", "GET /api/presets", "GET /api/devices", "GET /api/datasets",
-    "POST /api/datasets", "GET /api/compare", "GET /api/model-size", "GET /healthz",
+    "POST /api/datasets", "GET /api/compare", "GET /api/model-size", "GET /healthz", "GET /api/options",
+    "POST /api/sweeps", "GET /api/sweeps", "GET /api/sweeps/{sweep_id}", "POST /api/sweeps/{sweep_id}/cancel",
+    "DELETE /api/sweeps/{sweep_id}",
 ]
 
 
@@ -56,7 +60,8 @@ def test_the_fuzzed_operations_are_all_the_api(fuzzed_app):
     """Nothing new in the API escapes the fuzzing below (event streams left out on purpose)."""
     schema = schemathesis.openapi.from_url(f"{fuzzed_app.url}/openapi.json", headers=BEARER)  # guarded too
     labels = sorted(op.ok().label for op in schema.get_all_operations())
-    assert labels == sorted([*OPERATIONS, "GET /api/events", "GET /api/runs/{run_id}/events"])
+    assert labels == sorted([*OPERATIONS, "GET /api/events", "GET /api/runs/{run_id}/events",
+                             "GET /api/sweeps/{sweep_id}/events"])
 
 
 @pytest.mark.parametrize("label", OPERATIONS)

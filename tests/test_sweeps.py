@@ -112,6 +112,8 @@ def test_a_hopeless_trial_is_pruned_before_its_last_step(service):
     ({"base": {**BASE, "steps": 0}}, ["base", "steps"], "steps must be in [1, 10000000], got 0"),
     ({"early_terminate": {"type": "bohb"}}, ["early_terminate", "type"],
      "Value error, early_terminate type must be one of hyperband, median"),
+    ({"early_terminate": {"type": "hyperband", "min_iter": 9}}, ["early_terminate", "min_iter"],
+     "min_iter 9 is more than a trial's 4 evaluation(s) (steps / eval_every)"),
 ])
 def test_bad_sweep_configs_are_refused_naming_what_is_wrong(service, config, field, message):
     _, app = service

@@ -97,6 +97,10 @@ def check_sweep(body: SweepCreate) -> RunCreate:
         check_parameter(base, name, p.model_dump(exclude_none=True), body.method)
     if body.method != "grid" and body.run_cap is None:
         raise Invalid(f"run_cap is required for a {body.method} sweep (it would never end)", field="run_cap")
+    evaluations = studies.evaluations(base.model_dump())
+    if body.early_terminate is not None and body.early_terminate.min_iter > evaluations:
+        raise Invalid(f"min_iter {body.early_terminate.min_iter} is more than a trial's {evaluations} evaluation(s) "
+                      f"(steps / eval_every)", field="early_terminate.min_iter")
     if studies.trials_planned(sweep_config(body)) > 1000:
         raise Invalid("the grid has more than 1000 points: give run_cap, or fewer values", field="parameters")
     return base
