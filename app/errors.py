@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 
 class AppError(Exception):
     status_code = 400
@@ -40,3 +42,12 @@ class TooLarge(AppError):
 
 class TooManyRequests(AppError):
     status_code = 429
+
+
+def invalid_from(exc: ValidationError, *, under: str | None = None, default: str = "config") -> Invalid:
+    """Pydantic's first error as an ``Invalid`` naming its field path (``under.FIELD``), in the words
+    the library gave it (without pydantic's "Value error, ")."""
+    error = exc.errors()[0]
+    path = ".".join(str(part) for part in error["loc"])
+    field = ".".join(part for part in (under, path) if part) or default
+    return Invalid(error["msg"].removeprefix("Value error, "), field=field)

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from tinygpt.presets import list_presets
 
 from .deps import SessionDep, SettingsDep, SweepId
-from .errors import AppError, Invalid
+from .errors import AppError, invalid_from
 from .models import (
     EARLY_TERMINATE,
     PARAMETER_DISTRIBUTIONS,
@@ -82,9 +82,7 @@ def parse_sweep_form(form: dict[str, str]) -> SweepCreate:
     try:
         return SweepCreate.model_validate(config)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        raise Invalid(error["msg"].removeprefix("Value error, "),
-                      field=".".join(str(p) for p in error["loc"]) or "config") from None
+        raise invalid_from(exc) from None
 
 
 def sweep_form_context(session: SessionDep, settings: SettingsDep, values: dict, error: str | None) -> dict:

@@ -21,7 +21,7 @@ from sqlmodel import Session, col, select
 from tinygpt.options import Option
 
 from .. import study as studies
-from ..errors import Conflict, Invalid, NotFound
+from ..errors import Conflict, Invalid, NotFound, invalid_from
 from ..models import (
     TRAINING_OPTIONS,
     EventType,
@@ -52,9 +52,7 @@ def base_options(body: SweepCreate) -> RunCreate:
     try:
         base = RunCreate.model_validate(body.base)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(part) for part in error["loc"]) or "base"
-        raise Invalid(error["msg"].removeprefix("Value error, "), field=f"base.{field}") from None
+        raise invalid_from(exc, under="base") from None
     if not isinstance(base.device, str):
         raise Invalid("a sweep's trials run on one device: start one sweep per device", field="base.device")
     return base
@@ -123,9 +121,7 @@ def parse_sweep_text(text: str) -> SweepCreate:
     try:
         return SweepCreate.model_validate(data)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(part) for part in error["loc"])
-        raise Invalid(error["msg"].removeprefix("Value error, "), field=field or "config") from None
+        raise invalid_from(exc) from None
 
 
 # -- creating, settling, cancelling, deleting --------------------------------------------------------
