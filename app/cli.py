@@ -124,7 +124,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         where = f"{exc.field}: " if exc.field else ""
         print(f"tinygpt sweep: error: {where}{exc.message}", file=sys.stderr)
         return 2
-    base = args.url.rstrip("/") if args.url else f"http://{settings.host}:{settings.port}{settings.root_path}"
+    base = args.url.rstrip("/") if args.url else settings.site_url
     print(f"sweep {sweep['id']} ({sweep['name']}): {sweep['trials_planned']} trials planned; {base}/sweeps/{sweep['id']}")
     return 0
 
@@ -135,7 +135,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         stop_on_signals()
     from tinygpt.cli import main as tinygpt_main  # imports torch: after the signal handlers
 
-    return tinygpt_main(argv, extra=extra_commands())
+    from .settings import SettingsError
+
+    try:
+        return tinygpt_main(argv, extra=extra_commands())
+    except SettingsError as exc:
+        print(f"tinygpt: error: {exc}", file=sys.stderr)
+        return 2
 
 
 def extra_commands() -> list[ExtraCommand]:

@@ -10,13 +10,15 @@ from typing import Annotated, Any, get_type_hints
 
 from pydantic import AfterValidator, ValidationInfo, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
-from sqlalchemy import JSON, BigInteger, Column, Index, Text
+from sqlalchemy import JSON, BigInteger, Column, Index, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from tinygpt.device import check_device_name, check_precision_name
 from tinygpt.options import Option
 from tinygpt.train import OPTIONS, StepMetrics, TrainConfig
 from tinygpt.train import Sample as TrainSample
+
+from .settings import WebhookUrl
 
 
 def utcnow() -> datetime:
@@ -43,6 +45,29 @@ FINISHED = {RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled, RunStatu
 class RunKind(enum.StrEnum):
     train = "train"
     benchmark = "benchmark"
+
+
+class Alert(enum.StrEnum):
+    """What a webhook (and the page's desktop notification) can tell: ``alert`` events' ``kind``."""
+
+    finished = "finished"  # succeeded
+    failed = "failed"
+    crashed = "crashed"
+    pruned = "pruned"
+    stopped_early = "stopped_early"  # succeeded before its last step: early stopping
+    nonfinite_loss = "nonfinite_loss"  # failed: NaN or infinite loss or gradient norm
+    overfitting = "overfitting"  # validation loss above its best for 2 evaluations in a row
+    stalled = "stalled"  # no step for max(stall_after_sec, 10 x the median step time)
+    sweep_finished = "sweep_finished"
+
+
+class Notify(SQLModel, extra="forbid"):
+    """A run's notifications: which alerts go to the webhooks (the settings' and these ``urls``)."""
+
+    events: list[Alert] = Field(default_factory=lambda: list(Alert), max_length=len(Alert),
+                                description="alerts to send; default all")
+    urls: list[WebhookUrl] = Field(default_factory=list, max_length=5, description="more webhook URLs for this "
+                                   "run (http or https), besides TINYGPT_WEBHOOK_URLS")
 
 
 # -- runs -----------------------------------------------------------------------------------
@@ -110,6 +135,7 @@ RunConfig = create_model(  # the validated training options of a run (POST /api/
                      "launched by torchrun): one per GPU, or gloo processes on the CPU; the batch is split among "
                      "them")),
     resume=(bool, Field(default=True, description="resume from the last checkpoint after a crash")),
+    notify=(Notify, Field(default_factory=Notify, description="alerts sent to webhooks")),
 )
 
 
@@ -185,6 +211,10 @@ class Run(SQLModel, table=True):
     sweep_id: int | None = Field(default=None, foreign_key="sweeps.id", index=True, ondelete="SET NULL")
     trial: int | None = None  # the trial's number in its sweep's study
     disk_bytes: int = Field(default=0, sa_type=BigInteger)  # the run's files (checkpoints, logs), as last counted
+    stop_reason: str | None = None  # early stopping: why it ended before its last step
+    progress_at: datetime | None = None  # when its step last advanced (written by its job)
+    step_sec: float | None = None  # median seconds per step lately (written by its job)
+    stalled_at: datetime | None = None  # set while no step came for too long (see worker.stalls)
 
 
 class RunWorkerPublic(SQLModel):
@@ -223,6 +253,8 @@ class RunPublic(SQLModel):
     sweep_id: int | None
     trial: int | None
     disk_bytes: int
+    stop_reason: str | None
+    stalled_at: datetime | None
 
     @classmethod
     def of(cls, run: Run) -> RunPublic:
@@ -307,7 +339,8 @@ class SweepParameter(SQLModel, extra="forbid"):
 class SweepEarlyTerminate(SQLModel, extra="forbid"):
     """Stop hopeless trials early; iterations are evaluations (``eval_every`` steps each)."""
 
-    type: str = Field(description="hyperband (Optuna's HyperbandPruner) or median (MedianPruner)")
+    type: str = Field(description="hyperband (W&B's meaning: asynchronous successive halving, Optuna's "
+                                  "SuccessiveHalvingPruner) or median (MedianPruner)")
     min_iter: int = Field(default=1, ge=1, le=10_000, description="evaluations every trial gets before it may be pruned")
     eta: int = Field(default=3, ge=2, le=10, description="hyperband's reduction factor")
 
@@ -460,6 +493,32 @@ class EventType(enum.StrEnum):
     best_checkpoint = "best_checkpoint"  # a new best checkpoint: step and validation loss
     trial = "trial"  # on a sweep's stream: a trial created, evaluated, pruned or finished
     sweep = "sweep"  # on a sweep's stream: the sweep's status changed (its end)
+    alert = "alert"  # something to tell people (``Alert``): the webhooks' outbox
+    stall = "stall"  # a run stalled (``stalled``: true) or moves again (false)
+
+
+class DeliveryState(enum.StrEnum):
+    pending = "pending"  # to send (again) at next_at
+    sending = "sending"  # taken by a notifier; never sent twice, even if it died while sending
+    sent = "sent"
+    failed = "failed"  # gave up after WEBHOOK_ATTEMPTS tries, or its notifier died mid-send
+
+
+class WebhookDelivery(SQLModel, table=True):
+    """One alert (an ``alert`` event) to one webhook URL: at most one POST succeeds per pair."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (UniqueConstraint("event_id", "url", name="uq_webhook_deliveries_event_url"),
+                      Index("ix_webhook_deliveries_state_next_at", "state", "next_at"))
+
+    id: int | None = Field(default=None, primary_key=True)
+    event_id: int = Field(index=True)
+    url: str
+    state: str = Field(default=DeliveryState.pending)
+    attempts: int = 0
+    next_at: datetime = Field(default_factory=utcnow)
+    sent_at: datetime | None = None
+    last_error: str | None = Field(default=None, sa_column=Column(Text))
 
 
 class Event(SQLModel, table=True):

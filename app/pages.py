@@ -20,6 +20,7 @@ from .models import TRAINING_OPTIONS, BenchmarkCreate, Metric, RunCreate, RunKin
 from .services import benchmarks as bench_svc
 from .services import datasets as ds_svc
 from .services import runs as svc
+from .services.events import last_run_event_id
 from .settings import Settings
 from .templating import app_url, render
 
@@ -68,13 +69,15 @@ def median_rates(session: SessionDep, run_ids: list[int]) -> dict[int, float]:
 
 
 RUNS_PER_PAGE = 50
+STALLED = "stalled"  # the status filter's extra choice: running runs that are stalled
 
 
 def runs_context(session: SessionDep, filters: RunFilters) -> dict:
     status_enum = RunStatus(filters.status) if filters.status in RunStatus.__members__ else None
     offset = (filters.page - 1) * RUNS_PER_PAGE
     page = svc.list_runs(session, status=status_enum, device=filters.device or None, tag=filters.tag or None,
-                         worker=filters.worker or None, offset=offset, limit=RUNS_PER_PAGE)
+                         worker=filters.worker or None, stalled=filters.status == STALLED, offset=offset,
+                         limit=RUNS_PER_PAGE)
     return {
         "runs": page.items,
         "total": page.total,
@@ -84,7 +87,7 @@ def runs_context(session: SessionDep, filters: RunFilters) -> dict:
         "older": filters.page + 1 if offset + len(page.items) < page.total else None,
         "rates": median_rates(session, [r.id for r in page.items]),
         "filters": filters,
-        "statuses": [s.value for s in RunStatus],
+        "statuses": [*(s.value for s in RunStatus), STALLED],
     }
 
 
@@ -181,7 +184,10 @@ def run_page(run_id: RunId, request: Request, session: SessionDep) -> Response:
     if run.kind == RunKind.benchmark:
         return RedirectResponse(app_url(request, f"/benchmarks/{run_id}"), status_code=303)
     public = RunPublic.of(run)
-    return render(request, "run.html", nav="runs", run=public, run_json=public.model_dump(mode="json"),
+    # alerts up to the page's rendering are history: the stream replays them, the page notifies only newer ones
+    shown_up_to = last_run_event_id(session, run_id=run_id)
+    return render(request, "run.html", nav="runs", run=public,
+                  run_json={**public.model_dump(mode="json"), "rendered_event_id": shown_up_to},
                   samples=svc.run_samples(session, run_id=run_id), config_rows=config_rows(public))
 
 

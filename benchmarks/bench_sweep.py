@@ -1,10 +1,10 @@
-"""Sweeps: the same 16-trial random sweep of the tiny preset on Holmes, with Hyperband pruning and
-without (same sampler seed, so the same 16 option sets, on 2 workers), side by side in one home.
+"""Sweeps: the same 16-trial random sweep of the tiny preset on Holmes, with Hyperband pruning (W&B's
+meaning: asynchronous successive halving, Optuna's SuccessiveHalvingPruner) and without (same sampler seed, so the same 16 option sets, on 2 workers), side by side in one home.
 
 Measured: training tokens spent, the best validation loss found, wall time, and the sweep page's
 live latency (a trial's evaluation written by its job -> received on the sweep's event stream).
 
-    python -m benchmarks.bench_sweep [--steps 100]
+    python -m benchmarks.bench_sweep [--steps 200]
 """
 
 from __future__ import annotations
@@ -34,13 +34,16 @@ PARAMETERS = {
 }
 
 
+EARLY_TERMINATE = {"type": "hyperband", "min_iter": 1, "eta": 3}  # rungs at 1, 3 and 9 of 10 evaluations
+
+
 def sweep_config(steps: int, pruned: bool) -> dict:
     config = {"method": "random", "run_cap": 16, "parallel": 2, "seed": 0, "parameters": PARAMETERS,
               "name": "pruned" if pruned else "unpruned",
               "base": {"preset": "tiny", "dataset": "holmes", "device": "cpu", "precision": "fp32", "threads": 1,
                        "steps": steps, "eval_every": steps // 10, "eval_batches": 10, "sample_tokens": 0}}
     if pruned:
-        config["early_terminate"] = {"type": "hyperband", "min_iter": 1, "eta": 3}
+        config["early_terminate"] = EARLY_TERMINATE
     return config
 
 
@@ -121,7 +124,7 @@ def start_up(app: AppServer) -> float:
     return seconds
 
 
-def run(steps: int = 100, rounds: int = 5) -> dict:
+def run(steps: int = 200, rounds: int = 5) -> dict:
     with tempfile.TemporaryDirectory() as tmp, site(tmp, "warm", True) as warm, site(tmp, "cold", False) as cold:
         times: dict[str, list[float]] = {"warm": [], "cold": []}
         for _ in range(rounds):  # alternating, so a noisy minute hits both
@@ -135,7 +138,8 @@ def run(steps: int = 100, rounds: int = 5) -> dict:
         pruned = one_sweep(warm, steps, pruned=True)
         print(json.dumps(pruned), file=sys.stderr, flush=True)
         unpruned_cold = one_sweep(cold, steps, pruned=False)
-    return {"steps": steps, "unpruned": unpruned, "pruned": pruned, "startup": startup,
+    return {"steps": steps, "early_terminate": EARLY_TERMINATE, "unpruned": unpruned, "pruned": pruned,
+            "startup": startup,
             "overhead_cold": round(unpruned_cold["wall_s"] / unpruned_cold["train_s"], 2),
             "token_ratio": round(pruned["tokens"] / unpruned["tokens"], 3),
             "best_val_gap": round(pruned["best_val_loss"] - unpruned["best_val_loss"], 4)}
@@ -143,5 +147,5 @@ def run(steps: int = 100, rounds: int = 5) -> dict:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--steps", type=int, default=200)
     print(json.dumps(run(ap.parse_args().steps), indent=2))

@@ -111,9 +111,9 @@ class Worker(Proc):
 
 
 def read_events(url: str, *, last_event_id: int | None = None, timeout: float = 120, until_end: bool = True,
-                stop_after: int | None = None) -> list[dict]:
+                stop_after: int | None = None, headers: dict | None = None) -> list[dict]:
     """Read an SSE stream into a list of {id, event, data}; stops at 'end' (or after stop_after events)."""
-    headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
+    headers = {**(headers or {}), **({"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {})}
     events: list[dict] = []
     current: dict = {}
     deadline = time.monotonic() + timeout

@@ -225,7 +225,7 @@ def test_a_worker_killed_mid_trial_leaves_one_result_for_it(tmp_path, slice_path
     finished = [e["data"] for e in events if e["event"] == "trial" and e["data"]["kind"] == "finished"]
     assert len(finished) == 1 and finished[0]["objective"] == run["best_val_loss"]
     settings = Settings(home=home.path, database_url=home.extra_env.get("TINYGPT_DATABASE_URL"))
-    study = studies.load(settings, sweep["id"], {**sweep["config"]}, 6)
+    study = studies.load(settings, sweep["id"], {**sweep["config"]})
     [trial] = study.get_trials()
     assert trial.state.name == "COMPLETE" and trial.value == run["best_val_loss"]
     assert sorted(trial.intermediate_values) == [1, 2, 3, 4, 5, 6]  # each evaluation once, resumed or not

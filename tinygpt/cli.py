@@ -244,7 +244,7 @@ def cmd_train(args: argparse.Namespace, paths: Paths) -> int:
     from . import distributed
     from .distributed import dist_info
     from .progress import ProgressCallbacks
-    from .train import OPTIONS, TrainConfig, Trainer
+    from .train import OPTIONS, NonFiniteLoss, TrainConfig, Trainer
 
     corpus = args.corpus or paths.holmes_corpus()
     config = TrainConfig(corpus=str(corpus), **{name: getattr(args, name) for name in OPTIONS})
@@ -257,12 +257,17 @@ def cmd_train(args: argparse.Namespace, paths: Paths) -> int:
         trainer = Trainer(config, args.out, callbacks=callbacks, cache_dir=paths.cache_dir, resume=args.resume,
                           dist=dist)
         result = trainer.run()
+    except NonFiniteLoss as exc:  # a finding about the run, not a usage error: exit 1
+        print(f"tinygpt train: {exc}; files in {args.out}", file=sys.stderr)
+        return 1
     finally:
         callbacks.close()
         distributed.stop()
     if dist.is_main:
         best = f"{result.best_val_loss:.4f} at step {result.best_step}" if result.best_val_loss is not None else "n/a"
         ranks = f" x {dist.world_size} processes" if dist.enabled else ""
+        if result.stop_reason:
+            print(result.stop_reason)
         print(f"done: {result.steps_done} steps on {result.device}{ranks} ({result.precision}); best val {best}; "
               f"files in {result.out_dir}")
     return 0

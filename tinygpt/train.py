@@ -113,6 +113,11 @@ class TrainConfig:
                              le=10_000_000, unit="steps")
     eval_batches: int = option(20, "batches per split in an evaluation", "evaluation and samples", ge=1, le=1000,
                                advanced=True)
+    early_stop_patience: int = option(0, "stop after this many evaluations without an improvement of "
+                                      "early_stop_min_delta in validation loss (0: never)", "evaluation and samples",
+                                      ge=0, le=10_000, unit="evaluations", advanced=True)
+    early_stop_min_delta: float = option(0.0, "the fall in validation loss that counts as an improvement",
+                                         "evaluation and samples", ge=0, le=100, advanced=True)
     best_with_optimizer: bool = option(False, "keep the optimizer state in best.pt too, to continue training "
                                        "from it (triples its size)", "evaluation and samples", advanced=True)
     log_every: int | None = option(None, "log the training loss every", "evaluation and samples", ge=1,
@@ -215,9 +220,46 @@ class Callbacks:
     def on_checkpoint(self, path: Path, kind: str) -> None:
         """After ``best.pt`` (kind ``best``) or ``last.pt`` (kind ``last``) is written."""
 
+    def on_progress(self, step: int) -> None:
+        """After every optimizer step (keep it cheap: no I/O); ``step`` steps are done."""
+
     def should_stop(self) -> bool:
         """Polled before each step; True stops the run after saving ``last.pt``."""
         return False
+
+
+@dataclass
+class OverfitWatch:
+    """Overfitting as the run page's banner calls it: the validation loss above its best at
+    ``evals`` evaluations in a row. ``update`` says True once, when that first happens."""
+
+    evals: int = 2
+    best: float | None = None
+    best_step: int | None = None
+    above: int = 0
+    since: int | None = None  # the first evaluation above the best
+
+    def update(self, step: int, val_loss: float) -> bool:
+        if self.best is None or val_loss <= self.best:
+            self.best, self.best_step, self.above, self.since = val_loss, step, 0, None
+            return False
+        self.above += 1
+        self.since = self.since or step
+        return self.above == self.evals
+
+
+class NonFiniteLoss(RuntimeError):
+    """A step's loss or gradient norm was NaN or infinite: the run stops before the optimizer changes the
+    weights. The Trainer re-raises it with the whole story (step, last finite loss, best checkpoint)."""
+
+    def __init__(self, what: str, value: float, message: str | None = None) -> None:
+        self.what, self.value = what, value
+        super().__init__(message or f"{what} became {value}")
+
+
+#: fp16 with a gradient scaler: a step with overflowing gradients is skipped (and the scale halved),
+#: which is normal now and then; this many skipped in a row is a run that has diverged.
+MAX_SKIPPED_STEPS = 25
 
 
 @dataclass
@@ -231,6 +273,7 @@ class TrainResult:
     precision: str
     out_dir: Path
     info: dict = field(default_factory=dict)
+    stop_reason: str | None = None  # early stopping: why the run ended before its last step
 
 
 def lr_at(step: int, config: TrainConfig) -> float:
@@ -280,15 +323,34 @@ def train_step(
         total += loss.detach().float()
     if scaler:
         scaler.unscale_(optimizer)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+    # grad_clip 0: no clipping (an infinite bound only measures the norm)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf)
+    distributed = isinstance(model, DistributedDataParallel)
     if scaler:
+        # overflowing gradients are the scaler's to handle (it skips the step and lowers its scale); a
+        # non-finite loss is an overflow in the forward pass itself, which no scale can fix
+        check_finite(total, None, distributed=distributed)
         scaler.step(optimizer)
         scaler.update()
     else:
+        check_finite(total, norm, distributed=distributed)
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     dev.xla_step(device)
     return total
+
+
+def check_finite(loss: torch.Tensor, grad_norm: torch.Tensor | None, *, distributed: bool = False) -> None:
+    """Raise NonFiniteLoss for a NaN or infinite loss or gradient norm (one host sync per step). In a
+    distributed run only the gradient norm decides: it is the same on every rank after the all-reduce
+    (a rank's NaN loss makes every rank's gradients NaN), so all ranks stop together; the loss is
+    checked where it is logged, on rank 0."""
+    norm = grad_norm.float() if grad_norm is not None else torch.zeros((), device=loss.device)
+    values = torch.stack([norm, loss.float()]).tolist()  # [norm, loss]: one sync
+    if not math.isfinite(values[0]) and (distributed or math.isfinite(values[1])):
+        raise NonFiniteLoss("gradient norm", values[0])
+    if not math.isfinite(values[1]) and not distributed:
+        raise NonFiniteLoss("loss", values[1])
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
@@ -297,11 +359,22 @@ def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) 
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    # fused on CUDA; elsewhere the multi-tensor (foreach) version. The CPU's fused AdamW measured
-    # within noise of foreach on a holmes step here, and building it imports torch._dynamo
-    # (about 2 s added to every job's start).
+    # fused on CUDA; elsewhere the multi-tensor (foreach) version: the CPU's fused AdamW measured
+    # within noise of foreach on a holmes step here. (Either imports torch._dynamo on first use,
+    # 1.5-2.5 s: see ``warm_up``.)
     extra = {"fused": True} if device.type == "cuda" else {"foreach": True}
     return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.95), **extra)
+
+
+def warm_up() -> None:
+    """Pay a process's first-use costs before its run arrives: one CPU step of a 1-layer model through
+    ``train_step``. Building the first optimizer imports torch._dynamo (1.5-2.5 s on a laptop CPU),
+    and the first forward and backward load their kernels. A warm job process calls this while waiting."""
+    config = TrainConfig(steps=1, precision="fp32")
+    model = GPT(GPTConfig(vocab_size=64, context=8, d_model=16, n_heads=2, n_layers=1))
+    optimizer = make_optimizer(model, config, torch.device("cpu"))
+    x = torch.randint(0, 64, (2, 8))  # (B, T)
+    train_step(model, optimizer, [(x, x)], device=torch.device("cpu"), precision="fp32", config=config)
 
 
 @torch.no_grad()
@@ -373,6 +446,7 @@ class _State:
     elapsed_sec: float = 0.0
     best_val_loss: float | None = None
     best_step: int | None = None
+    evals_without_improvement: int = 0  # early stopping's count (by at least early_stop_min_delta)
 
 
 class Trainer:
@@ -413,6 +487,8 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
         self.batch_gen = torch.Generator().manual_seed(config.seed)
         self.state = _State()
+        self.last_loss: tuple[int, torch.Tensor] | None = None  # (step, loss) of the last finite step
+        self.skipped_in_a_row = 0  # fp16: steps the gradient scaler skipped in a row
         resume_from = self.out_dir / "last.pt"
         self.resumed = resume and resume_from.exists()
         if self.resumed:
@@ -531,10 +607,12 @@ class Trainer:
         dev.synchronize(self.device)
         interval_start = time.perf_counter()
         for step in range(self.state.step, cfg.steps):
-            if distributed.any_rank(self.cb.should_stop(), self.dist, self.device):
-                stopped = True
+            # rank 0 decides early stopping (it evaluates): every rank learns it here, with the stop requests
+            if distributed.any_rank(self.cb.should_stop() or self._patience_spent(), self.dist, self.device):
+                stopped = not self._patience_spent()
                 break
-            loss_sum += self._train_step(step)
+            loss_sum += self._guarded_step(step)
+            self.cb.on_progress(step + 1)
             steps_in_interval += 1
             self.state.step = step + 1
             self.state.tokens_seen += tokens_per_step
@@ -552,6 +630,8 @@ class Trainer:
             self.state.elapsed_sec += interval_time
             tps = steps_in_interval * tokens_per_step / interval_time if interval_time > 0 else 0.0
             batch_loss = float(loss_sum) / steps_in_interval
+            if not math.isfinite(batch_loss):  # a distributed run's: each rank checked only gradients
+                raise NonFiniteLoss("loss", batch_loss, self._non_finite_story("loss", batch_loss, self.state.step))
             steps_in_interval = 0
             loss_sum.zero_()
             if is_eval:
@@ -561,6 +641,7 @@ class Trainer:
             self._maybe_sample()
             dev.synchronize(self.device)
             interval_start = time.perf_counter()
+        stop_reason = self._early_stop_reason()
         if stopped:
             if steps_in_interval:
                 self.state.elapsed_sec += time.perf_counter() - interval_start
@@ -576,7 +657,54 @@ class Trainer:
             precision=self.precision,
             out_dir=self.out_dir,
             info=info,
+            stop_reason=stop_reason,
         )
+
+    def _guarded_step(self, step: int) -> torch.Tensor:
+        """``_train_step``, stopping the run at a NaN or infinite loss or gradient norm (before the
+        optimizer touches the weights), or at a run of steps fp16's gradient scaler had to skip."""
+        scale = self.scaler.get_scale() if self.scaler else None
+        try:
+            loss = self._train_step(step)
+        except NonFiniteLoss as exc:
+            raise NonFiniteLoss(exc.what, exc.value, self._non_finite_story(exc.what, exc.value, step + 1)) from None
+        if self.scaler is not None:
+            skipped = self.scaler.get_scale() < scale  # the scaler halves its scale when it skips a step
+            self.skipped_in_a_row = self.skipped_in_a_row + 1 if skipped else 0
+            if self.skipped_in_a_row >= MAX_SKIPPED_STEPS:
+                story = self._non_finite_story("gradient norm", math.inf, step + 1)
+                raise NonFiniteLoss("gradient norm", math.inf, f"{story} ({MAX_SKIPPED_STEPS} fp16 steps in a row "
+                                    "skipped by the gradient scaler)")
+            if skipped:
+                return loss  # finite (checked), but the weights did not move
+        self.last_loss = (step + 1, loss)
+        return loss
+
+    def _non_finite_story(self, what: str, value: float, step: int) -> str:
+        """e.g. "loss became NaN at step 312 (last finite train loss 3.92 at step 311); best checkpoint
+        kept (step 250, val 3.81)"."""
+        shown = "NaN" if math.isnan(value) else "infinite" if math.isinf(value) else f"{value:g}"
+        story = f"{what} became {shown} at step {step}"
+        if self.last_loss is not None:
+            story += f" (last finite train loss {float(self.last_loss[1]):.2f} at step {self.last_loss[0]})"
+        if self.state.best_step:
+            story += f"; best checkpoint kept (step {self.state.best_step}, val {self.state.best_val_loss:.2f})"
+        elif self.state.step >= self.config.eval_every:
+            story += "; no checkpoint: the validation loss never fell below its value at step 0"
+        else:
+            story += "; no checkpoint yet (before the first evaluation)"
+        return story
+
+    def _patience_spent(self) -> bool:
+        patience = self.config.early_stop_patience
+        return bool(patience) and self.state.evals_without_improvement >= patience
+
+    def _early_stop_reason(self) -> str | None:
+        if not self._patience_spent() or self.state.step >= self.config.steps:
+            return None
+        return (f"stopped early at step {self.state.step}: validation loss has not improved for "
+                f"{self.state.evals_without_improvement} evaluations; best step {self.state.best_step} "
+                f"(val {self.state.best_val_loss:.2f})")
 
     def _train_step(self, step: int) -> torch.Tensor:
         """One optimizer update (over ``grad_accum`` micro-batches); returns the mean loss, detached."""
@@ -612,8 +740,17 @@ class Trainer:
         losses = estimate_loss(
             self.eval_model, self.splits, self.config, self.model_config.context, self.device, self.precision
         )
+        if not (math.isfinite(losses["val"]) and math.isfinite(losses["train"])):
+            what, value = ("validation loss", losses["val"]) if not math.isfinite(losses["val"]) else \
+                ("evaluation's train loss", losses["train"])
+            raise NonFiniteLoss(what, value, self._non_finite_story(what, value, self.state.step))
         m = self._log(losses["train"], losses["val"], tokens_per_sec)
         self.cb.on_eval(m)
+        best = self.state.best_val_loss
+        if best is None or losses["val"] < best - self.config.early_stop_min_delta:
+            self.state.evals_without_improvement = 0
+        elif self.state.step > 0:
+            self.state.evals_without_improvement += 1
         improved = self.state.best_val_loss is None or losses["val"] < self.state.best_val_loss
         if improved:
             self.state.best_val_loss, self.state.best_step = losses["val"], self.state.step

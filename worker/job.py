@@ -18,13 +18,16 @@ import logging
 import os
 import resource
 import signal
+import statistics
 import sys
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +36,12 @@ from sqlmodel import Session, col
 
 from app import study as studies
 from app.db import init_db, session_scope
-from app.models import EventType, Metric, Run, RunKind, RunStatus, Sample, utcnow
+from app.models import Alert, EventType, Metric, Run, RunKind, RunStatus, Sample, utcnow
 from app.services import benchmarks as bench_svc
+from app.services.alerts import end_run, has_alert, raise_alert
 from app.services.datasets import HOLMES, dataset_path, ensure_builtin, record_tokenizer
 from app.services.events import record_event
 from app.services.files import remove_file, run_disk_bytes
-from app.services.runs import set_status
 from app.services.sweeps import get_sweep, settle_sweep
 from app.settings import Settings, get_settings
 from tinygpt import distributed
@@ -46,7 +49,16 @@ from tinygpt.bench import Cell, SweepConfig, plan, sweep
 from tinygpt.device import describe_device, is_out_of_memory, resolve_device
 from tinygpt.distributed import DistInfo, dist_info, torchrun_command
 from tinygpt.gutenberg import download_holmes
-from tinygpt.train import OPTIONS, Callbacks, StepMetrics, TrainConfig, Trainer
+from tinygpt.train import (
+    OPTIONS,
+    Callbacks,
+    NonFiniteLoss,
+    OverfitWatch,
+    StepMetrics,
+    TrainConfig,
+    Trainer,
+    warm_up,
+)
 from tinygpt.train import Sample as TrainSample
 
 from .cancel import JobCancelled, cancel_interrupt
@@ -78,7 +90,7 @@ class SweepTrial:
             return None
         with job_session(settings) as s:
             config = get_sweep(s, sweep_id=run.sweep_id).config
-        study = studies.load(settings, run.sweep_id, config, studies.evaluations(run.config))
+        study = studies.load(settings, run.sweep_id, config)
         return cls(run.sweep_id, run.trial, study, int(run.config["eval_every"]))
 
 
@@ -94,6 +106,9 @@ class JobCallbacks(Callbacks):
         self.last_eval: StepMetrics | None = None
         self.trial: SweepTrial | None = None  # set for a sweep's trial
         self.pruned = threading.Event()  # the sweep's pruner stopped this trial
+        self.overfit = OverfitWatch()
+        self.last_progress: tuple[int, float] | None = None  # (step, time.monotonic()) of the last step
+        self.step_secs: deque[float] = deque(maxlen=50)  # the last steps' durations (evaluations included)
 
     def on_start(self, info: dict) -> None:
         with job_session(self.settings) as s:
@@ -106,6 +121,8 @@ class JobCallbacks(Callbacks):
             run.precision = info["precision"]
             run.params = info["params"]
             run.last_step = start
+            run.progress_at = utcnow()  # the stall check's clock starts with training
+            self.last_progress = (start, time.monotonic())
             s.add(run)
             verb = f"resumed at step {start}" if info["resumed"] else "started"
             record_event(s, run_id=self.run_id, type=EventType.resolved,
@@ -127,6 +144,28 @@ class JobCallbacks(Callbacks):
         self.last_eval = m
         if self.trial is not None and m.step > 0:
             self.report_to_sweep(m)
+        if self.overfit.update(m.step, m.val_loss):
+            with job_session(self.settings) as s:
+                if has_alert(s, run_id=self.run_id, kind=Alert.overfitting):
+                    return  # told before this attempt resumed
+                raise_alert(s, kind=Alert.overfitting, settings=self.settings, run=s.get(Run, self.run_id),
+                            message=f"overfitting since step {self.overfit.since}: validation loss above its best "
+                                    f"({self.overfit.best:.4f} at step {self.overfit.best_step}) for "
+                                    f"{self.overfit.evals} evaluations; the best checkpoint is kept")
+
+    def on_progress(self, step: int) -> None:
+        now = time.monotonic()
+        if self.last_progress is not None:
+            self.step_secs.append(now - self.last_progress[1])
+        self.last_progress = (step, now)
+
+    def progress_fields(self) -> dict:
+        """When the run's step last advanced, and its median step time: for the stall check."""
+        if self.last_progress is None:
+            return {}
+        ago = time.monotonic() - self.last_progress[1]
+        return {"progress_at": utcnow() - timedelta(seconds=ago),
+                "step_sec": statistics.median(self.step_secs) if self.step_secs else None}
 
     def report_to_sweep(self, m: StepMetrics) -> None:
         """A sweep's trial: the evaluation's loss to the study; stop when its pruner says so."""
@@ -173,10 +212,12 @@ class JobCallbacks(Callbacks):
 
 
 def watch(run_id: int, attempt: int, settings: Settings, parent: int, cancelled: threading.Event,
-          done: threading.Event, interrupt: Callable[[], None] | None = None) -> None:
-    """Heartbeat; on cancel, set ``cancelled`` and call ``interrupt`` (without one, the training loop
-    sees the flag between steps: a distributed run, whose ranks must stop together); exit if the
-    worker died or the run moved on. Runs in its own thread: its sessions are not shielded."""
+          done: threading.Event, interrupt: Callable[[], None] | None = None,
+          progress: Callable[[], dict] = dict) -> None:
+    """Heartbeat (with the step's ``progress``); on cancel, set ``cancelled`` and call ``interrupt``
+    (without one, the training loop sees the flag between steps: a distributed run, whose ranks must
+    stop together); exit if the worker died or the run moved on. Runs in its own thread: its sessions
+    are not shielded."""
     interval = min(0.5, settings.heartbeat_sec)
     beats = settings.heartbeat_sec  # the first beat at once
     while True:
@@ -192,6 +233,8 @@ def watch(run_id: int, attempt: int, settings: Settings, parent: int, cancelled:
                     interrupt()
             if beats >= settings.heartbeat_sec:
                 run.heartbeat_at = utcnow()
+                for key, value in progress().items():
+                    setattr(run, key, value)
                 s.add(run)
                 beats = 0.0
         if done.wait(interval):
@@ -243,27 +286,30 @@ def corpus_for(run: Run, settings: Settings) -> Path:
     return path
 
 
-def finish(run_id: int, status: RunStatus, error: str | None, settings: Settings) -> None:
-    """Record how the job ended. A run that has ended drops its resume point (``last.pt``: best.pt is
-    what it leaves), and a sweep's trial moves its sweep on."""
+def finish(run_id: int, outcome: Outcome, settings: Settings) -> None:
+    """Record how the job ended, and tell people. A run that has ended drops its resume point
+    (``last.pt``: best.pt is what it leaves), and a sweep's trial moves its sweep on."""
+    status = outcome.status
     with session_scope(settings) as s:
         run = s.get(Run, run_id)
-        fields: dict = {"error": error, "pid": None}
+        fields: dict = {"error": outcome.error, "pid": None, "stop_reason": outcome.stop_reason, "stalled_at": None}
         if status != RunStatus.queued:
             fields["finished_at"] = utcnow()
             if run.out_dir:
                 remove_file(Path(run.out_dir) / "last.pt")
         fields["disk_bytes"] = run_disk_bytes(run)
-        set_status(s, run, status, **fields)
+        end_run(s, run, status, settings=settings, alert=outcome.alert, **fields)
         sweep_id = run.sweep_id
-    log.info("run %s: %s%s", run_id, status, f" ({error})" if error else "")
+    log.info("run %s: %s%s", run_id, status, f" ({outcome.error or outcome.stop_reason})"
+             if outcome.error or outcome.stop_reason else "")
     if sweep_id is not None:
         with session_scope(settings) as s:
             settle_sweep(s, sweep_id=sweep_id, settings=settings)
 
 
-def run_training(run: Run, settings: Settings, callbacks: JobCallbacks, dist: DistInfo) -> bool:
-    """Train (or resume) the run; True when it stopped early (preempted, or a distributed run cancelled)."""
+def run_training(run: Run, settings: Settings, callbacks: JobCallbacks, dist: DistInfo) -> tuple[bool, str | None]:
+    """Train (or resume) the run: (stopped before its end by a request: preempted, pruned, a distributed
+    run cancelled; early stopping's reason, when the run's patience ran out)."""
     corpus = corpus_for(run, settings)
     config = train_config(run, corpus)
     try:
@@ -275,7 +321,8 @@ def run_training(run: Run, settings: Settings, callbacks: JobCallbacks, dist: Di
             record_tokenizer(s, name=run.config["dataset"], vocab_size=trainer.tokenizer.vocab_size,
                              fingerprint=trainer.tokenizer.fingerprint(),
                              tokens=len(trainer.splits.train) + len(trainer.splits.val))
-        return trainer.run().stopped
+        result = trainer.run()
+        return result.stopped, result.stop_reason
     finally:
         distributed.stop()
 
@@ -291,7 +338,7 @@ def run_rank(run: Run, settings: Settings, dist: DistInfo) -> int:
     return EXIT_OK
 
 
-def run_benchmark(run: Run, settings: Settings, callbacks: JobCallbacks) -> bool:
+def run_benchmark(run: Run, settings: Settings, callbacks: JobCallbacks) -> tuple[bool, None]:
     """Measure every cell of the sweep, storing each as it completes; True when preempted part-way."""
     c = run.config
     config = SweepConfig(preset=c["preset"], arch=c.get("arch"), device=run.device or "auto",
@@ -312,13 +359,15 @@ def run_benchmark(run: Run, settings: Settings, callbacks: JobCallbacks) -> bool
             bench_svc.record_cell(s, run_id=run.id, index=index, cell=cell)
 
     cells = sweep(config, on_cell=store, should_stop=callbacks.should_stop)
-    return len(cells) < total
+    return len(cells) < total, None
 
 
 def wait_for_run() -> list[str] | None:
-    """A warm job (``--warm``), started ahead with its modules imported: the worker hands it a run as
-    ``RUN_ID ATTEMPT`` on stdin; stdin closed without one (the worker stopping): None."""
+    """A warm job (``--warm``), started ahead with its modules imported, the database ready and
+    torch's first-use costs paid (``warm_up``): the worker hands it a run as ``RUN_ID ATTEMPT`` on
+    stdin; stdin closed without one (the worker stopping): None."""
     init_db(get_settings())
+    warm_up()
     line = sys.stdin.readline()
     return line.split() if line.strip() else None
 
@@ -326,7 +375,8 @@ def wait_for_run() -> list[str] | None:
 def main(argv: list[str]) -> int:
     parent = os.getppid()
     die_with_parent()
-    if argv == ["--warm"]:
+    warm = argv == ["--warm"]
+    if warm:
         argv = wait_for_run()
         if argv is None:
             return EXIT_OK
@@ -336,7 +386,7 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format=f"job {run_id} (rank {dist.rank}): %(levelname)s %(message)s")
     settings = get_settings()
     limit_memory(settings)
-    if dist.is_main:
+    if dist.is_main and not warm:  # a warm job brought the schema up to date while it waited
         init_db(settings)
     with session_scope(settings) as s:
         run = s.get(Run, run_id)
@@ -359,38 +409,52 @@ def main(argv: list[str]) -> int:
     if not dist.enabled:
         cancel_interrupt.install()
     watcher = threading.Thread(target=watch, args=(run_id, attempt, settings, parent, callbacks.cancelled, done),
-                               kwargs={"interrupt": None if dist.enabled else cancel_interrupt.fire}, daemon=True)
-    status, error = job_outcome(run, settings, callbacks, dist, watcher)
+                               kwargs={"interrupt": None if dist.enabled else cancel_interrupt.fire,
+                                       "progress": callbacks.progress_fields}, daemon=True)
+    outcome = job_outcome(run, settings, callbacks, dist, watcher)
     done.set()
-    finish(run_id, status, error, settings)
+    finish(run_id, outcome, settings)
     return EXIT_OK
 
 
+@dataclass
+class Outcome:
+    """How a job ended: the run's status, and what to say about it."""
+
+    status: RunStatus
+    error: str | None = None
+    stop_reason: str | None = None  # early stopping's
+    alert: Alert | None = None  # when not the status's own (a NaN loss)
+
+
 def job_outcome(run: Run, settings: Settings, callbacks: JobCallbacks, dist: DistInfo,
-                watcher: threading.Thread) -> tuple[RunStatus, str | None]:
-    """Run the job to its end; how it ended (status, error). A cancel that lands after the job has
-    ended is ignored: ``cancel_interrupt`` is closed in the ``finally``, inside the outer ``try``."""
+                watcher: threading.Thread) -> Outcome:
+    """Run the job to its end; how it ended. A cancel that lands after the job has ended is ignored:
+    ``cancel_interrupt`` is closed in the ``finally``, inside the outer ``try``."""
     try:
         try:  # the watcher may interrupt at once (a cancel that came early): start it inside the try
             watcher.start()
-            stopped = run_benchmark(run, settings, callbacks) if run.kind == RunKind.benchmark else \
+            stopped, stop_reason = run_benchmark(run, settings, callbacks) if run.kind == RunKind.benchmark else \
                 run_training(run, settings, callbacks, dist)
+        except NonFiniteLoss as exc:  # a finding about the run: the message tells the whole story
+            log.warning("run %s: %s", run.id, exc)
+            return Outcome(RunStatus.failed, str(exc), alert=Alert.nonfinite_loss)
         except Exception as exc:  # the job failed: record why, keep the worker serving
             log.error("run %s failed:\n%s", run.id, traceback.format_exc())
-            return RunStatus.failed, failure_message(exc, run)
+            return Outcome(RunStatus.failed, failure_message(exc, run))
         finally:
             cancel_interrupt.close()
     except JobCancelled:
-        return RunStatus.cancelled, "cancelled by request"
+        return Outcome(RunStatus.cancelled, "cancelled by request")
     except KeyboardInterrupt:  # a SIGINT from outside (the worker starts jobs in their own session)
-        return RunStatus.failed, "interrupted"
+        return Outcome(RunStatus.failed, "interrupted")
     if stopped and callbacks.preempted.is_set():
-        return RunStatus.queued, None
+        return Outcome(RunStatus.queued)
     if stopped and callbacks.pruned.is_set():
-        return RunStatus.pruned, None
+        return Outcome(RunStatus.pruned)
     if stopped and callbacks.cancelled.is_set():
-        return RunStatus.cancelled, "cancelled by request"
-    return RunStatus.succeeded, None
+        return Outcome(RunStatus.cancelled, "cancelled by request")
+    return Outcome(RunStatus.succeeded, stop_reason=stop_reason)
 
 
 if __name__ == "__main__":

@@ -26,13 +26,15 @@ from sqlmodel import col
 
 from app.db import init_db, session_scope
 from app.models import Run, RunStatus, utcnow
-from app.services.runs import set_status
+from app.services.alerts import end_run
 from app.services.sweeps import settle_running_sweeps
 from app.settings import Settings, get_settings
 from tinygpt.device import resolve_device
 
 from . import registry
+from .notifier import Notifier
 from .queue import claim_next, reap_dead_runs
+from .stalls import check_stalls
 
 log = logging.getLogger("worker")
 SHUTDOWN_GRACE_SEC = 120
@@ -129,7 +131,7 @@ class Worker:
             if run is not None and run.status == RunStatus.running and run.worker == self.name:
                 status, error = exit_outcome(rc, stopping=self.stopping.is_set())
                 finished = {} if status == RunStatus.queued else {"finished_at": utcnow()}
-                set_status(s, run, status, error=error, pid=None, **finished)
+                end_run(s, run, status, settings=self.settings, error=error, pid=None, stalled_at=None, **finished)
                 log.log(logging.INFO if error is None else logging.WARNING, "run %s: %s", run.id,
                         error or "stopped while its job started; back in the queue")
         slot.process, slot.run_id = None, None
@@ -148,12 +150,13 @@ class Worker:
                 return
             s.exec(update(Run).where(col(Run.id).in_(live), col(Run.status) == RunStatus.running,  # type: ignore[call-overload]
                                      col(Run.worker) == self.name).values(heartbeat_at=utcnow()))
+        with session_scope(self.settings) as s:
+            check_stalls(s, worker=self.name, settings=self.settings)
 
     def tick(self) -> None:
         self.beat()
         with session_scope(self.settings) as s:
-            reap_dead_runs(s, worker=self.name, stale_after_sec=self.settings.stale_after_sec, own=False,
-                           max_attempts=self.settings.max_attempts)
+            reap_dead_runs(s, worker=self.name, own=False, settings=self.settings)
         self.settle_sweeps()
         for slot in self.slots:
             if slot.process is not None and slot.process.poll() is not None:
@@ -199,13 +202,13 @@ class Worker:
     def run(self) -> None:
         """Serve until asked to stop (``register`` first)."""
         with session_scope(self.settings) as s:
-            reaped = reap_dead_runs(s, worker=self.name, stale_after_sec=self.settings.stale_after_sec, own=True,
-                                    max_attempts=self.settings.max_attempts)
+            reaped = reap_dead_runs(s, worker=self.name, own=True, settings=self.settings)
         if reaped:
             log.warning("found crashed runs %s", reaped)
         log.info("worker %s serving devices %s", self.name, [s.device for s in self.slots])
         for slot in self.slots:
             self.start_warm(slot)
+        notifier = Notifier(self.settings, self.stopping).start()  # webhooks, outside any job
         while not self.stopping.is_set():
             try:
                 self.tick()
@@ -214,6 +217,7 @@ class Worker:
             self.stopping.wait(self.settings.worker_poll_sec)
         self.shutdown()
         self.stop_warm()
+        notifier.join(timeout=15)
         with session_scope(self.settings) as s:
             registry.unregister(s, name=self.name)
         log.info("worker %s stopped", self.name)

@@ -15,8 +15,10 @@ from sqlalchemy import update
 from sqlmodel import Session, col, select
 
 from app.models import EventType, Run, RunStatus, utcnow
+from app.services.alerts import end_run
 from app.services.events import record_event
 from app.services.runs import run_summary, set_status
+from app.settings import Settings
 
 from .registry import gone_owners
 
@@ -47,7 +49,8 @@ def claim_next(session: Session, *, worker: str, host: str, slot: str) -> Run | 
             update(Run)
             .where(col(Run.id) == run_id, col(Run.status) == RunStatus.queued)
             .values(status=RunStatus.running, worker=worker, worker_host=host, device=slot, started_at=now, heartbeat_at=now,
-                    attempt=Run.attempt + 1, cancel_requested=False, error=None, finished_at=None)
+                    attempt=Run.attempt + 1, cancel_requested=False, error=None, finished_at=None,
+                    progress_at=None, step_sec=None, stalled_at=None)
         )
         if result.rowcount == 1:
             run = session.get(Run, run_id)
@@ -59,9 +62,7 @@ def claim_next(session: Session, *, worker: str, host: str, slot: str) -> Run | 
     return None
 
 
-def reap_dead_runs(
-    session: Session, *, worker: str, stale_after_sec: float, own: bool, max_attempts: int = 3
-) -> list[int]:
+def reap_dead_runs(session: Session, *, worker: str, own: bool, settings: Settings) -> list[int]:
     """Mark crashed the running runs whose job is provably gone; re-queue those whose ``resume`` is on.
 
     Gone: its heartbeat is older than ``stale_after_sec``, or its worker is (stopped, or its process
@@ -69,7 +70,7 @@ def reap_dead_runs(
     previous holder is gone) also takes every running run of this worker name. A run whose job is
     alive and beating is never taken, whoever else starts.
     """
-    cutoff = utcnow() - timedelta(seconds=stale_after_sec)
+    cutoff = utcnow() - timedelta(seconds=settings.stale_after_sec)
     running = session.exec(select(Run).where(Run.status == RunStatus.running)).all()
     gone = gone_owners(session, {r.worker for r in running if r.worker}, me=worker)
     reaped = []
@@ -79,8 +80,10 @@ def reap_dead_runs(
             continue
         why = "stopped hearing from the job" if stale else "is gone"
         message = f"worker {run.worker} {why} (last heartbeat {run.heartbeat_at})"
-        set_status(session, run, RunStatus.crashed, error=message, finished_at=utcnow(), pid=None)
-        if run.config.get("resume", True) and run.attempt < max_attempts:
+        resumes = run.config.get("resume", True) and run.attempt < settings.max_attempts
+        end_run(session, run, RunStatus.crashed, settings=settings, error=message, finished_at=utcnow(), pid=None,
+                stalled_at=None)
+        if resumes:
             set_status(session, run, RunStatus.queued, finished_at=None)
             record_event(session, run_id=run.id, type=EventType.log,
                          data={"message": "re-queued to resume from its last checkpoint"})

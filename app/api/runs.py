@@ -43,11 +43,12 @@ async def list_runs(
     tag: Annotated[str | None, Query(max_length=50)] = None,
     group: Annotated[str | None, Query(max_length=50)] = None,
     worker: Annotated[str | None, Query(max_length=200, description="a worker's name or host")] = None,
+    stalled: Annotated[bool, Query(description="only runs that are stalled (running, no step for too long)")] = False,
     offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> RunsPage:
-    return svc.list_runs(session, status=status, device=device, tag=tag, group=group, worker=worker, offset=offset,
-                         limit=limit)
+    return svc.list_runs(session, status=status, device=device, tag=tag, group=group, worker=worker, stalled=stalled,
+                         offset=offset, limit=limit)
 
 
 @router.get("/{run_id}", response_model=RunPublic)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from ..models import Event, EventType
@@ -22,6 +23,10 @@ def run_events_after(session: Session, *, run_id: int, after_id: int, limit: int
         select(Event).where(Event.run_id == run_id, col(Event.id) > after_id).order_by(col(Event.id)).limit(limit)
     )
     return list(session.exec(stmt))
+
+
+def last_run_event_id(session: Session, *, run_id: int) -> int:
+    return session.exec(select(func.max(Event.id)).where(Event.run_id == run_id)).one() or 0
 
 
 def sweep_events_after(session: Session, *, sweep_id: int, after_id: int, limit: int = 1000) -> list[Event]:

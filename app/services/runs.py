@@ -111,7 +111,7 @@ def set_status(session: Session, run: Run, status: RunStatus, **fields: object) 
     session.flush()
     record_event(session, run_id=run.id, type=EventType.status,
                  data={**run_summary(run), "error": run.error, "best_val_loss": run.best_val_loss,
-                       "best_step": run.best_step, "last_step": run.last_step})
+                       "best_step": run.best_step, "last_step": run.last_step, "stop_reason": run.stop_reason})
 
 
 def create_runs(session: Session, *, body: RunCreate, settings: Settings) -> list[Run]:
@@ -138,7 +138,7 @@ def add_runs(session: Session, *, body: RunCreate, settings: Settings, sweep_id:
     """Queue one run per device of ``body`` (uncommitted: the caller commits)."""
     check_run(session, body=body, settings=settings)
     devices = body.devices()
-    config = body.model_dump(exclude={"device", "name", "tags"})
+    config = body.model_dump(mode="json", exclude={"device", "name", "tags"})
     group = uuid.uuid4().hex[:12] if len(devices) > 1 else None
     runs = []
     for device in devices:
@@ -169,11 +169,14 @@ def list_runs(
     tag: str | None = None,
     group: str | None = None,
     worker: str | None = None,
+    stalled: bool = False,
     offset: int = 0,
     limit: int = 50,
 ) -> RunsPage:
-    """One page of runs, newest first; ``worker`` matches a worker's name or its host."""
-    stmt = runs_query(status=bool(status), device=bool(device), group=bool(group), worker=bool(worker))
+    """One page of runs, newest first; ``worker`` matches a worker's name or its host; ``stalled``: only
+    the running runs that are stalled."""
+    stmt = runs_query(status=bool(status), device=bool(device), group=bool(group), worker=bool(worker),
+                      stalled=stalled)
     params = {"status": status, "device": device, "group": group, "worker": worker, "offset": offset, "limit": limit}
     if tag:  # tags are a JSON list: filtered here, portable across SQLite and PostgreSQL
         runs = [r for r in session.exec(stmt, params=params) if tag in (r.tags or [])]
@@ -185,9 +188,12 @@ def list_runs(
 
 
 @lru_cache
-def runs_query(*, status: bool, device: bool, group: bool, worker: bool) -> Select:
-    """Runs, newest first, with the filters asked for as parameters (``status``, ``device``, ``group``, ``worker``)."""
+def runs_query(*, status: bool, device: bool, group: bool, worker: bool, stalled: bool = False) -> Select:
+    """Runs, newest first, with the filters asked for as parameters (``status``, ``device``, ``group``,
+    ``worker``) and ``stalled`` (no parameter)."""
     stmt = select(Run)
+    if stalled:
+        stmt = stmt.where(col(Run.stalled_at).is_not(None))
     if status:
         stmt = stmt.where(Run.status == bindparam("status"))
     if device:

@@ -24,6 +24,7 @@ from .. import study as studies
 from ..errors import Conflict, Invalid, NotFound, invalid_from
 from ..models import (
     TRAINING_OPTIONS,
+    Alert,
     EventType,
     Metric,
     Run,
@@ -38,6 +39,7 @@ from ..models import (
     utcnow,
 )
 from ..settings import Settings
+from .alerts import raise_alert
 from .events import record_event
 from .files import remove_file, run_disk_bytes
 from .runs import add_runs, cancel_run, check_run, delete_run
@@ -158,20 +160,21 @@ def trials_of(session: Session, sweep_id: int) -> list[Run]:
 def settle_sweep(session: Session, *, sweep_id: int, settings: Settings) -> None:
     sweep = lock_sweep(session, sweep_id)
     trials = trials_of(session, sweep_id)
-    study = studies.load(settings, sweep_id, sweep.config, studies.evaluations(sweep.config["base"]))
+    study = studies.load(settings, sweep_id, sweep.config)
     for run in trials:
         if RunStatus(run.status).finished:
             tell_result(session, study, run, sweep.config["metric"]["name"])
     active = sum(1 for r in trials if r.status in ACTIVE)
     if sweep.status == SweepStatus.running:
         if active < sweep.config["parallel"] and len(trials) < sweep.trials_planned:
-            asking = studies.load(settings, sweep_id, sweep.config, studies.evaluations(sweep.config["base"]),
-                                  to_ask=True)
+            asking = studies.load(settings, sweep_id, sweep.config, to_ask=True)
         while active < sweep.config["parallel"] and len(trials) < sweep.trials_planned:
             trials.append(add_trial(session, sweep, asking, settings))
             active += 1
         if active == 0 and len(trials) >= sweep.trials_planned:
             end_sweep(session, sweep, SweepStatus.finished)
+            raise_alert(session, kind=Alert.sweep_finished, message=sweep_summary(trials), settings=settings,
+                        sweep=sweep)
     keep_top_checkpoints(session, sweep, trials)
     session.commit()
 
@@ -212,6 +215,14 @@ def tell_result(session: Session, study: Any, run: Run, metric: str) -> None:
     record_event(session, run_id=None, sweep_id=run.sweep_id, type=EventType.trial,
                  data={"kind": "finished", "run_id": run.id, "trial": run.trial, "status": run.status,
                        "objective": value})
+
+
+def sweep_summary(trials: list[Run]) -> str:
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(Counter(r.status for r in trials).items()))
+    done = [r for r in trials if r.status == RunStatus.succeeded and r.best_val_loss is not None]
+    best = min(done, key=lambda r: r.best_val_loss) if done else None
+    found = f"; best val {best.best_val_loss:.4f} (trial {best.trial}, run {best.id})" if best else ""
+    return f"{len(trials)} trials: {counts}{found}"
 
 
 def end_sweep(session: Session, sweep: Sweep, status: SweepStatus) -> None:
@@ -292,6 +303,6 @@ def sweep_detail(session: Session, *, sweep_id: int, settings: Settings) -> Swee
     public = [trial_public(session, r, sweep.config) for r in trials]
     done = [t for t in public if t.objective is not None]
     best = min(done, key=lambda t: t.objective) if done else None
-    study = studies.load(settings, sweep_id, sweep.config, studies.evaluations(sweep.config["base"]))
+    study = studies.load(settings, sweep_id, sweep.config)
     return SweepDetail.model_validate({**sweep_public(sweep, trials).model_dump(), "trials": public, "best": best,
                                        "importance": studies.importance(study)})

@@ -91,6 +91,8 @@ function setupRunPage() {
     badge.textContent = data.status;
     badge.className = `status status-${data.status}`;
     $("cancel-btn").hidden = !["queued", "running"].includes(data.status);
+    if (data.stop_reason) { $("stop-banner").textContent = data.stop_reason; $("stop-banner").hidden = false; }
+    if (data.status !== "running") $("stall-banner").hidden = true;
     if (data.error) { $("error").textContent = data.error; $("error").hidden = false; }
     else if (data.status === "running") $("error").hidden = true;
   }
@@ -151,9 +153,27 @@ function setupRunPage() {
     setStatus(JSON.parse(e.data));
     updateProgress();
   });
+  source.addEventListener("stall", (e) => { // the worker saw no step for too long (stalled), or steps again
+    if (!fresh(e)) return;
+    const d = JSON.parse(e.data);
+    $("stall-banner").textContent = d.stalled ? `Stalled: ${d.message}.` : "";
+    $("stall-banner").hidden = !d.stalled;
+  });
+  source.addEventListener("alert", (e) => { // a desktop notification for what happens after the page opened
+    if (!fresh(e) || +e.lastEventId <= run.rendered_event_id) return;
+    const d = JSON.parse(e.data);
+    if (window.Notification && Notification.permission === "granted") {
+      new Notification(`${run.name}: ${d.kind.replace("_", " ")}`, { body: d.message, tag: `run-${run.id}-${e.lastEventId}` });
+    }
+  });
   source.addEventListener("end", () => { source.close(); state.ended = true; });
 
   // -- controls ---------------------------------------------------------------------------
+  if (window.Notification && Notification.permission !== "denied") {
+    const button = $("notify-btn");
+    button.hidden = Notification.permission === "granted";
+    button.addEventListener("click", async () => { button.hidden = (await Notification.requestPermission()) === "granted"; });
+  }
   $("x-axis").addEventListener("change", buildCharts);
   $("log-scale").addEventListener("change", buildCharts);
   $("smoothing").addEventListener("input", () => { $("smoothing-value").textContent = $("smoothing").value; redraw(); });
