@@ -49,7 +49,8 @@ def sweep_section(sw: dict) -> list[str]:
     un, pr = sw["unpruned"], sw["pruned"]
     early = sw.get("early_terminate", {"min_iter": 1, "eta": 3})
     lines = [
-        f"## Sweeps (16-trial random sweep, tiny preset on Holmes, {sw['steps']} steps, 2 workers)",
+        f"## Sweeps (16-trial random sweep, tiny preset on Holmes, {sw['steps']} steps, 2 workers"
+        f"{', ' + sw['date'] if sw.get('date') else ''})",
         "",
         "The same 16 option sets (sampler seed 0: lr log-uniform 1e-4..1e-2, dropout 0..0.3, batch size 8/16/32),",
         f"once without pruning and once with `early_terminate: hyperband` (min_iter {early['min_iter']}, eta"

@@ -165,6 +165,7 @@ def test_bad_webhook_urls_are_refused_naming_them(service, tmp_path):
                                    "got 'ftp://files.example/hook'")
 
 
+@pytest.mark.slow  # 60 s on 2 cores: two apps and two workers in turn, a receiver answering 503 three times
 def test_each_alert_is_sent_once_across_restarts_and_a_dead_receiver_costs_nothing(tmp_path, slice_path, warm_cache,
                                                                                    receiver):
     """Alerts pending while their worker stops are sent once by the next; nothing sent is sent again."""

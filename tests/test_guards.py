@@ -115,6 +115,7 @@ def test_overfit_watch_fires_once_at_the_second_evaluation_above_the_best():
     assert (watch.since, watch.best_step, watch.best) == (40, 30, 3.9)
 
 
+@pytest.mark.slow  # 25 s on 2 cores: a real `tinygpt train` up to its divergence
 def test_tinygpt_train_reports_a_divergence_in_one_line_and_exits_1(tmp_path, slice_path, monkeypatch):
     """fp16 at lr 1 overflows within the warm-up: the command says where and exits 1 (no 'done')."""
     monkeypatch.setenv("TINYGPT_HOME", str(tmp_path / "home"))
