@@ -16,7 +16,7 @@ from tinygpt.presets import PRESETS, list_presets
 
 from .deps import RunId, SessionDep, SettingsDep
 from .errors import AppError
-from .models import TRAINING_OPTIONS, BenchmarkCreate, Metric, RunCreate, RunKind, RunPublic, RunStatus
+from .models import TRAINING_OPTIONS, Alert, BenchmarkCreate, Metric, RunCreate, RunKind, RunPublic, RunStatus
 from .services import benchmarks as bench_svc
 from .services import datasets as ds_svc
 from .services import runs as svc
@@ -203,7 +203,16 @@ def option_text(key: str, value: object, run: RunPublic) -> str:
         return f"PyTorch default ({threads} threads)" if threads else "PyTorch default"
     if key == "precision" and value == "auto" and run.precision:
         return f"auto → {run.precision}"
+    if key == "notify" and isinstance(value, dict):
+        return notify_text(value)
     return "–" if value is None or value == "" else str(value)
+
+
+def notify_text(notify: dict) -> str:
+    """e.g. "every alert; also to https://hooks.example/x" or "failed, stalled"."""
+    events = notify.get("events", list(Alert))
+    text = "every alert" if set(events) >= set(Alert) else ", ".join(events) or "no alert"
+    return f"{text}; also to {', '.join(notify['urls'])}" if notify.get("urls") else text
 
 
 def config_rows(run: RunPublic) -> list[tuple[str, str]]:

@@ -56,7 +56,7 @@ class SlowReceiver:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
-def queue_deliveries(home: Home, url: str, count: int) -> None:
+def queue_deliveries(home: Home, url: str, count: int, batch: int) -> None:
     """``count`` pending deliveries of one real alert to ``url``: a notifier with plenty to do."""
     from sqlmodel import select
 
@@ -67,8 +67,8 @@ def queue_deliveries(home: Home, url: str, count: int) -> None:
     settings = Settings(home=home.path)
     with session_scope(settings) as s:
         event = s.exec(select(Event).where(Event.type == EventType.alert)).first()
-        for _ in range(count):
-            s.add(WebhookDelivery(event_id=event.id, url=url))
+        for i in range(count):  # one delivery per (alert, URL): the same receiver under many URLs
+            s.add(WebhookDelivery(event_id=event.id, url=f"{url}?batch={batch}&copy={i}"))
 
 
 def run_rate(app: AppServer) -> float:
@@ -90,10 +90,10 @@ def webhooks(rounds: int = 3) -> dict:
         try:
             run_rate(app)  # warm-up: tokenizer, token cache; its alert is the one queued below
             rates: dict[str, list[float]] = {"idle": [], "busy": []}
-            for _ in range(rounds):
+            for round_ in range(rounds):
                 rates["idle"].append(run_rate(app))
                 wait_for(lambda: receiver.count >= 1, timeout=60, message="the warm-up's webhook")
-                queue_deliveries(home, receiver.url, QUEUED)
+                queue_deliveries(home, receiver.url, QUEUED, round_)
                 sent_before = receiver.count
                 rates["busy"].append(run_rate(app))
                 sent_during = receiver.count - sent_before

@@ -71,7 +71,7 @@ def test_the_run_page_shows_a_stall_and_an_early_stop(site, browser):
         page.wait_for_selector("#stop-banner", state="visible", timeout=60_000)  # live, from the status event
         reason = wait_for(lambda: c.get(f"/api/runs/{stopped}").json()["stop_reason"], message="stop reason")
     assert page.inner_text("#stop-banner") == reason
-    assert reason.startswith("stopped early at step 10: validation loss has not improved for 2 evaluations")
+    assert reason.startswith("stopped early at step 10: validation loss has not improved by 0.01 for 2 evaluations")
     assert page.inner_text("#run-status") == "succeeded" and page.inner_text("#progress-text") == "10 / 40"
     shot(page, "run-stopped-early")
     page.reload()  # and as the server renders it

@@ -103,7 +103,7 @@ def test_early_stopping_ends_the_run_succeeded_with_its_reason(service, receiver
                                  early_stop_min_delta=0.01, name="patience")
         listed = c.get("/api/runs", params={"limit": 5}).json()["items"]
     assert run["status"] == "succeeded" and run["last_step"] == 10 and run["steps"] == 40
-    assert run["stop_reason"] == (f"stopped early at step 10: validation loss has not improved for 2 evaluations; "
+    assert run["stop_reason"] == (f"stopped early at step 10: validation loss has not improved by 0.01 for 2 evaluations; "
                                   f"best step {run['best_step']} (val {run['best_val_loss']:.2f})")
     assert next(r for r in listed if r["id"] == run["id"])["stop_reason"] == run["stop_reason"]
     status = [e["data"] for e in events if e["event"] == "status"][-1]

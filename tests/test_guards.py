@@ -80,7 +80,7 @@ def test_early_stopping_ends_the_run_with_its_reason(tiny_config, tmp_path, cach
                          early_stop_min_delta=0.01, sample_tokens=0)
     result = Trainer(config, tmp_path, cache_dir=cache_dir).run()
     assert result.steps_done == 10 and not result.stopped
-    assert result.stop_reason == (f"stopped early at step 10: validation loss has not improved for 2 evaluations; "
+    assert result.stop_reason == (f"stopped early at step 10: validation loss has not improved by 0.01 for 2 evaluations; "
                                   f"best step {result.best_step} (val {result.best_val_loss:.2f})")
     assert (tmp_path / "last.pt").exists()  # a normal end: resumable files as after any run
 

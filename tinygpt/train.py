@@ -702,9 +702,10 @@ class Trainer:
     def _early_stop_reason(self) -> str | None:
         if not self._patience_spent() or self.state.step >= self.config.steps:
             return None
-        return (f"stopped early at step {self.state.step}: validation loss has not improved for "
-                f"{self.state.evals_without_improvement} evaluations; best step {self.state.best_step} "
-                f"(val {self.state.best_val_loss:.2f})")
+        delta = self.config.early_stop_min_delta
+        return (f"stopped early at step {self.state.step}: validation loss has not improved"
+                f"{f' by {delta:g}' if delta else ''} for {self.state.evals_without_improvement} evaluations; "
+                f"best step {self.state.best_step} (val {self.state.best_val_loss:.2f})")
 
     def _train_step(self, step: int) -> torch.Tensor:
         """One optimizer update (over ``grad_accum`` micro-batches); returns the mean loss, detached."""
