@@ -16,7 +16,7 @@ from app.models import Event, Metric, Run, RunStatus
 from app.settings import Settings
 from tinygpt.train import StepMetrics
 from worker.cancel import SIGNAL, JobCancelled, cancel_interrupt
-from worker.job import JobCallbacks, finish
+from worker.job import JobCallbacks, Outcome, finish
 
 
 @pytest.fixture
@@ -93,7 +93,7 @@ def test_a_cancel_landing_during_metric_writes_leaves_the_database_usable(instal
             for step in range(1, 100_000):
                 callbacks.on_step(metrics(step))
         cancel_interrupt.close()
-        finish(run_id, RunStatus.cancelled, "cancelled by request", settings)
+        finish(run_id, Outcome(RunStatus.cancelled, "cancelled by request"), settings)
         with session_scope(settings) as s:
             run = s.get(Run, run_id)
             rows = s.exec(select(func.count(), func.max(Metric.step)).where(Metric.run_id == run_id)).one()

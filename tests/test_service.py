@@ -398,6 +398,7 @@ def test_worker_sigkill_mid_run_then_restart_resumes(tmp_path, slice_path, warm_
         app.stop()
 
 
+@pytest.mark.slow  # 51 s on 2 cores (the default suite keeps test_stopping's serve stop-and-resume)
 def test_worker_sigterm_requeues_and_next_worker_resumes(tmp_path, slice_path, warm_cache, database_faults):
     home = make_home(tmp_path, slice_path, warm_cache, **database_faults)
     app = AppServer(home)

@@ -63,6 +63,10 @@ def test_a_grid_sweep_runs_every_point_once_on_two_workers(service):
     assert kinds.count("created") == 4 and kinds.count("finished") == 4 and kinds.count("evaluated") == 16
     assert events[-2]["event"] == "sweep" and events[-2]["data"]["status"] == "finished"
     assert events[-1]["event"] == "end"
+    told = events[-3]["data"]  # the sweep_finished alert (webhooks, when set), just before its end
+    assert events[-3]["event"] == "alert" and told["kind"] == "sweep_finished"
+    assert told["message"] == (f"4 trials: 4 succeeded; best val {best['best_val_loss']:.4f} (trial {best['trial']}, "
+                               f"run {best['run_id']})")
     # the files left: an ended run keeps best.pt (weights only), never last.pt; the top 3 keep theirs
     files = files_of(detail, home)
     ranked = sorted(detail["trials"], key=lambda t: t["best_val_loss"])

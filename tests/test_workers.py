@@ -23,6 +23,7 @@ def status_history(app: AppServer, run_id: int) -> list[str]:
     return [e["data"]["status"] for e in events if e["event"] == "status"]
 
 
+@pytest.mark.slow  # 63 s on 2 cores (the default suite keeps test_two_workers_never_take_the_same_run)
 def test_more_workers_on_one_machine_never_take_a_healthy_run(tmp_path, slice_path, warm_cache, database_faults):
     """The reported bug: a second `tinygpt worker` on the same machine took the first one's run for
     crashed and started it again. Now two more workers start, one after another, while a run trains."""

@@ -172,9 +172,10 @@ def settle_sweep(session: Session, *, sweep_id: int, settings: Settings) -> None
             trials.append(add_trial(session, sweep, asking, settings))
             active += 1
         if active == 0 and len(trials) >= sweep.trials_planned:
-            end_sweep(session, sweep, SweepStatus.finished)
+            # the alert first: the sweep's stream ends at its status event
             raise_alert(session, kind=Alert.sweep_finished, message=sweep_summary(trials), settings=settings,
                         sweep=sweep)
+            end_sweep(session, sweep, SweepStatus.finished)
     keep_top_checkpoints(session, sweep, trials)
     session.commit()
 
