@@ -16,9 +16,7 @@ import json
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import torch
@@ -27,33 +25,11 @@ from .common import ROOT, holmes_path
 
 sys.path.insert(0, str(ROOT))
 from tests.service_helpers import AppServer, Home, Worker, wait_for  # noqa: E402
+from tests.webhook_receiver import Receiver  # noqa: E402
 
 RUN = {"preset": "tiny", "device": "cpu", "precision": "fp32", "steps": 300, "eval_every": 300, "eval_batches": 2,
        "batch_size": 8, "sample_tokens": 0, "threads": 1}
 QUEUED = 200
-
-
-class SlowReceiver:
-    """Answers every POST after ``delay`` seconds; counts them."""
-
-    def __init__(self, delay: float) -> None:
-        self.count = 0
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                time.sleep(delay)
-                receiver.count += 1
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
 def queue_deliveries(home: Home, url: str, count: int, batch: int) -> None:
@@ -82,9 +58,10 @@ def run_rate(app: AppServer) -> float:
 
 
 def webhooks(rounds: int = 3) -> dict:
-    receiver = SlowReceiver(delay=0.2)
+    receiver = Receiver(delay=0.2)
+    url = f"{receiver.url}/hook"
     with tempfile.TemporaryDirectory() as tmp:
-        home = Home(Path(tmp) / "home", holmes_path(), {"TINYGPT_WEBHOOK_URLS": json.dumps([receiver.url])})
+        home = Home(Path(tmp) / "home", holmes_path(), {"TINYGPT_WEBHOOK_URLS": json.dumps([url])})
         home.path.mkdir()
         app, worker = AppServer(home), Worker(home, "bench")
         try:
@@ -92,18 +69,18 @@ def webhooks(rounds: int = 3) -> dict:
             rates: dict[str, list[float]] = {"idle": [], "busy": []}
             for round_ in range(rounds):
                 rates["idle"].append(run_rate(app))
-                wait_for(lambda: receiver.count >= 1, timeout=60, message="the warm-up's webhook")
-                queue_deliveries(home, receiver.url, QUEUED, round_)
-                sent_before = receiver.count
+                wait_for(lambda: len(receiver.posts) >= 1, timeout=60, message="the warm-up's webhook")
+                queue_deliveries(home, url, QUEUED, round_)
+                sent_before = len(receiver.posts)
                 rates["busy"].append(run_rate(app))
-                sent_during = receiver.count - sent_before
+                sent_during = len(receiver.posts) - sent_before
                 target = sent_before + QUEUED
-                wait_for(lambda t=target: receiver.count >= t, timeout=600, interval=1,
+                wait_for(lambda t=target: len(receiver.posts) >= t, timeout=600, interval=1,
                          message="the queued webhooks")  # idle again before the next round
         finally:
             worker.stop()
             app.stop()
-            receiver.server.shutdown()
+            receiver.stop()
     idle, busy = statistics.median(rates["idle"]), statistics.median(rates["busy"])
     return {"idle_tokens_per_sec": round(idle), "busy_tokens_per_sec": round(busy), "ratio": round(busy / idle, 3),
             "sent_during_last_busy_run": sent_during, "rounds": rates}

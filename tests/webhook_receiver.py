@@ -1,15 +1,17 @@
-"""A real HTTP receiver for webhook tests: records every POST (headers and JSON body) and can answer
-503 to the next N requests (a receiver that is having trouble)."""
+"""A real HTTP receiver for webhook tests and benchmarks: records every POST (headers and JSON body),
+can answer 503 to the next N requests (a receiver that is having trouble) and take ``delay`` seconds
+over each (a slow one)."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Receiver:
-    def __init__(self) -> None:
+    def __init__(self, delay: float = 0.0) -> None:
         self.posts: list[dict] = []
         self.fail_next = 0
         self.lock = threading.Lock()
@@ -18,6 +20,7 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                time.sleep(delay)
                 with receiver.lock:
                     failing = receiver.fail_next > 0
                     receiver.fail_next -= failing
