@@ -350,7 +350,7 @@ def test_app_killed_and_restarted_while_streaming_every_event_arrives_once(tmp_p
         every = [e["id"] for e in stream if "id" in e]
         assert 0 < seen_before < len(every)
         assert followed == every  # the script: each event once, in order, none missing
-        handled = ("status", "metric", "sample", "log", "resolved", "best_checkpoint")
+        handled = ("status", "metric", "sample", "log", "resolved", "best_checkpoint", "alert", "stall")
         shown = [e["id"] for e in stream if e["event"] in handled]  # what the page handles
         assert [i for i in page.evaluate("window.runState.received") if i] == shown  # the browser: the same
         assert page.evaluate("window.runState.rows.map(r => r.step)") == list(range(0, 151, 10))

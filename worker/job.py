@@ -218,6 +218,7 @@ def watch(run_id: int, attempt: int, settings: Settings, parent: int, cancelled:
     (without one, the training loop sees the flag between steps: a distributed run, whose ranks must
     stop together); exit if the worker died or the run moved on. Runs in its own thread: its sessions
     are not shielded."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})  # faulthandler's stack dumps go to the main thread
     interval = min(0.5, settings.heartbeat_sec)
     beats = settings.heartbeat_sec  # the first beat at once
     while True:
@@ -381,7 +382,10 @@ def main(argv: list[str]) -> int:
         if argv is None:
             return EXIT_OK
     run_id, attempt = int(argv[0]), int(argv[1])
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is this job? (in the worker's log)
+    # `kill -USR1 PID`: where is this job? (its main thread's stack, in the worker's log). Not all threads:
+    # faulthandler reads other threads' frames without the GIL, and a test probing a job 50 times a second
+    # once crashed it (SIGSEGV) while the watcher thread was inside SQLAlchemy. The watcher blocks SIGUSR1.
+    faulthandler.register(signal.SIGUSR1, all_threads=False)
     dist = dist_info()
     logging.basicConfig(level=logging.INFO, format=f"job {run_id} (rank {dist.rank}): %(levelname)s %(message)s")
     settings = get_settings()
