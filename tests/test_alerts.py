@@ -186,9 +186,11 @@ def test_each_alert_is_sent_once_across_restarts_and_a_dead_receiver_costs_nothi
         assert_told_once(receiver, events_2)
         with sqlite3.connect(home.path / "tinygpt.db") as db:
             rows = db.execute("select url, state, attempts from webhook_deliveries order by id").fetchall()
-        assert rows[0] == (f"{receiver.url}/restart", "sent", 4)  # 3 answers of 503, then sent
+        # the first delivery met the first 503 and was retried; the second run's may have met the last ones
+        # (it is sent while the first backs off), so the three refusals are counted over both
+        assert rows[0][:2] == rows[2][:2] == (f"{receiver.url}/restart", "sent")
+        assert rows[0][2] >= 2 and rows[0][2] + rows[2][2] == 3 + 2  # 3 answers of 503, then one success each
         assert rows[1][0] == dead and rows[1][1] == "pending" and rows[1][2] >= 1  # retried later, run unharmed
-        assert rows[2] == (f"{receiver.url}/restart", "sent", 1)
         assert "cannot connect" in worker.output() or "cannot connect" in (home.path / "worker-first.log").read_text()
     finally:
         worker.stop()
