@@ -20,7 +20,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from tinygpt.presets import list_presets
 
 from . import api_docs, login, pages, sweep_pages
-from .api import benchmarks, catalog, events, runs, sweeps
+from .api import benchmarks, catalog, events, export, reports, runs, sweeps
 from .db import init_db, session_scope
 from .errors import AppError
 from .security import (
@@ -88,7 +88,9 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
         """FastAPI's 422, made safe for inputs JSON or UTF-8 cannot hold (``NaN``, a lone surrogate): shown as text."""
         return JSONResponse({"detail": json_safe(jsonable_encoder(exc.errors()))}, status_code=422)
 
+    app.include_router(reports.router)
     app.include_router(runs.router)
+    app.include_router(export.router)
     app.include_router(events.router)
     app.include_router(benchmarks.router)
     app.include_router(sweeps.router)

@@ -4,9 +4,11 @@ Public (output), so internal fields (worker, pid, paths, cancel flags) never lea
 from __future__ import annotations
 
 import enum
+import math
+import re
 from dataclasses import fields
 from datetime import UTC, datetime
-from typing import Annotated, Any, get_type_hints
+from typing import Annotated, Any, Literal, Union, get_type_hints
 
 from pydantic import AfterValidator, ValidationInfo, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -40,6 +42,14 @@ class RunStatus(enum.StrEnum):
 
 
 FINISHED = {RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled, RunStatus.crashed, RunStatus.pruned}
+
+
+class RunOrigin(enum.StrEnum):
+    """Where a run was trained."""
+
+    dashboard = "dashboard"  # queued here, trained by a worker
+    reported = "reported"  # trained elsewhere by `tinygpt train --report-to`, streamed here as it trains
+    imported = "imported"  # a finished run folder or metrics CSV, brought in by `tinygpt import`
 
 
 class RunKind(enum.StrEnum):
@@ -215,6 +225,9 @@ class Run(SQLModel, table=True):
     progress_at: datetime | None = None  # when its step last advanced (written by its job)
     step_sec: float | None = None  # median seconds per step lately (written by its job)
     stalled_at: datetime | None = None  # set while no step came for too long (see worker.stalls)
+    origin: str = Field(default=RunOrigin.dashboard)
+    report_id: str | None = Field(default=None, unique=True, index=True)  # a reported run's id on its trainer's side
+    report_seq: int = 0  # a reported run: the last journal item applied (each is applied once)
 
 
 class RunWorkerPublic(SQLModel):
@@ -255,11 +268,14 @@ class RunPublic(SQLModel):
     disk_bytes: int
     stop_reason: str | None
     stalled_at: datetime | None
+    origin: str
+    host: str | None  # the machine it trains (trained) on: its worker's, or the reporting trainer's
 
     @classmethod
     def of(cls, run: Run) -> RunPublic:
         data: dict[str, Any] = run.model_dump()
         data["worker"] = {"name": run.worker, "host": run.worker_host} if run.worker else None
+        data["host"] = run.worker_host
         # progress: training steps, or for a benchmark the number of cells (known once it starts)
         data["steps"] = int(run.config.get("cells" if run.kind == RunKind.benchmark else "steps", 0))
         data["has_checkpoint"] = bool(run.checkpoint_path)
@@ -644,3 +660,121 @@ class BenchmarkPublic(SQLModel):
     run: RunPublic
     preset: str
     cells: list[BenchmarkCellPublic]
+
+
+# -- reported and imported runs (tinygpt train --report-to, tinygpt import) ----------------------------
+class MetricIn(MetricBase):
+    """A metrics row sent by a trainer: finite numbers only (a NaN loss is the trainer's finding, sent as its
+    status, never a row)."""
+
+    @model_validator(mode="after")
+    def _finite(self) -> MetricIn:
+        for name, value in self:
+            if isinstance(value, float) and not math.isfinite(value):
+                raise PydanticCustomError("value_error", f"{name} must be a finite number, got {value}")
+        return self
+
+
+class SampleIn(SQLModel):
+    step: int = Field(ge=0)
+    prompt: str = Field(max_length=2000)
+    text: str = Field(max_length=20_000)
+
+
+class ReportedRunBase(SQLModel, extra="forbid"):
+    name: str = Field(min_length=1, max_length=200)
+    tags: list[str] = Field(default_factory=list, max_length=50)
+    host: str | None = Field(default=None, max_length=200, description="the machine it trains on")
+    device: str = Field(default="auto", max_length=50, description="the device it was asked for (cpu, cuda, ...)")
+    config: RunConfig = Field(description="its run options (the dataset is a label: the corpus is on its machine)")
+
+    @field_validator("device")
+    @classmethod
+    def _device_name(cls, v: str) -> str:
+        return check_device_name(v)
+
+
+class ReportedRunCreate(ReportedRunBase):
+    """POST /api/runs/reported: a run trained elsewhere that reports here. The same ``report_id`` twice
+    is the same run (a retry whose answer was lost)."""
+
+    report_id: str = Field(description="the trainer's id for the run (8-64 hex digits)")
+
+    @field_validator("report_id")
+    @classmethod
+    def _hex_id(cls, v: str) -> str:
+        if not re.fullmatch(r"[0-9a-f]{8,64}", v):
+            raise ValueError("report_id must be 8-64 lowercase hex digits")
+        return v
+
+
+class ResolvedIn(SQLModel):
+    device: str = Field(max_length=50)
+    device_info: dict = Field(default_factory=dict)
+    precision: str
+    params: int = Field(ge=0)
+    start_step: int = Field(default=0, ge=0)
+    resumed: bool = False
+
+    @field_validator("precision")
+    @classmethod
+    def _precision(cls, v: str) -> str:
+        return check_precision_name(v)
+
+
+class LogIn(SQLModel):
+    message: str = Field(max_length=2000)
+
+
+class AlertIn(SQLModel):
+    kind: Literal[Alert.overfitting]
+    message: str = Field(max_length=2000)
+
+
+class EndIn(SQLModel):
+    status: Literal[RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled]
+    error: str | None = Field(default=None, max_length=5000)
+    stop_reason: str | None = Field(default=None, max_length=2000)
+    alert: Literal[Alert.nonfinite_loss] | None = None
+
+
+def report_item(kind: str, data: type) -> type[SQLModel]:
+    return create_model(f"{kind.capitalize()}Item", __base__=SQLModel, seq=(int, Field(ge=1, le=2**62)),
+                        kind=(Literal[kind], ...), data=(data, ...))
+
+
+#: What a trainer's journal holds, item by item (``tinygpt/report.py``); a checkpoint is uploaded instead.
+REPORT_ITEMS = {"start": ResolvedIn, "metric": MetricIn, "sample": SampleIn, "log": LogIn, "alert": AlertIn,
+                "status": EndIn}
+ReportItem = Annotated[Union[tuple(report_item(k, v) for k, v in REPORT_ITEMS.items())],  # noqa: UP007
+                       Field(discriminator="kind")]
+
+
+class ReportBatch(SQLModel):
+    """POST /api/runs/{id}/report: journal items in order; each ``seq`` is applied once."""
+
+    items: list[ReportItem] = Field(default_factory=list, max_length=1000)
+
+
+class ReportAck(SQLModel):
+    applied_seq: int = Field(description="the last item the dashboard holds: send from the next one")
+    cancel_requested: bool = Field(description="someone asked the run to stop: stop at the next step")
+    status: str
+
+
+class RunImport(ReportedRunBase):
+    """POST /api/runs/import: a finished run, its metrics in one request (its checkpoint after it, with
+    PUT /api/runs/{id}/checkpoint)."""
+
+    device_info: dict = Field(default_factory=dict, description='e.g. {"name": "NVIDIA H200"}')
+    precision: str | None = None
+    params: int | None = Field(default=None, ge=0)
+    status: Literal[RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled] = RunStatus.succeeded
+    error: str | None = Field(default=None, max_length=5000)
+    metrics: list[MetricIn] = Field(min_length=1, max_length=1_000_000)
+    samples: list[SampleIn] = Field(default_factory=list, max_length=1000)
+
+    @field_validator("precision")
+    @classmethod
+    def _precision(cls, v: str | None) -> str | None:
+        return None if v is None else check_precision_name(v)

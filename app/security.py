@@ -21,6 +21,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import re
 from urllib.parse import urlsplit
 
 from fastapi import Request
@@ -38,7 +39,8 @@ UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 OPEN_PATHS = frozenset({"/login", "/logout", "/healthz"})  # reachable without the token (the login form posts it)
 PRIVATE_READ_SUFFIXES = ("/checkpoint",)  # files: never open to anyone, even with TINYGPT_PUBLIC_READ
 LOOPBACK_NAMES = ("127.0.0.1", "localhost")
-UPLOAD_PATHS = frozenset({"/api/datasets", "/partials/datasets"})
+UPLOAD_PATHS = frozenset({"/api/datasets", "/partials/datasets", "/api/runs/import"})
+CHECKPOINT_UPLOAD = re.compile(r"/api/runs/\d+/checkpoint")
 
 
 class Unauthorized(AppError):
@@ -148,14 +150,18 @@ class BodyLimitMiddleware:
     """Cap request bodies while they arrive: a declared size over the cap gets 413 before any of it
     is read, and a body that grows past it (chunked, or lying about its size) is cut off with 413.
 
-    Uploads (``UPLOAD_PATHS``) may reach ``max_upload_mb``; other requests ``max_request_kb``.
+    Uploads (``UPLOAD_PATHS``: datasets, run imports) may reach ``max_upload_mb``, checkpoint uploads
+    ``max_checkpoint_mb``; other requests ``max_request_kb``.
     """
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
         self.app = app
         self.settings = settings
 
-    def limit_for(self, path: str) -> tuple[int, str, str]:
+    def limit_for(self, path: str, method: str) -> tuple[int, str, str]:
+        if method == "PUT" and CHECKPOINT_UPLOAD.fullmatch(path):
+            mb = self.settings.max_checkpoint_mb
+            return int(mb * 1_000_000), "body", f"checkpoint is larger than the limit of {mb:g} MB"
         if path in UPLOAD_PATHS:
             mb = self.settings.max_upload_mb
             return int(mb * 1_000_000) + 64 * 1024, "file", f"file is larger than the upload limit of {mb:g} MB"
@@ -167,7 +173,7 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         path = route_path(scope)
-        limit, field, message = self.limit_for(path)
+        limit, field, message = self.limit_for(path, scope["method"])
         declared = dict(scope["headers"]).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > limit:
             await send_too_large(send, path, field, message)

@@ -52,6 +52,8 @@ class Settings(BaseSettings):
                                      "bound to a loopback address (it answers only to 127.0.0.1 and localhost "
                                      "otherwise, against DNS rebinding); a JSON list")
     max_upload_mb: float = Field(default=50.0, description="largest dataset upload, in MB")
+    max_checkpoint_mb: float = Field(default=500.0, description="largest checkpoint a reported or imported run "
+                                     "may upload, in MB")
     max_request_kb: int = Field(default=1024, description="largest body of any other request, in KB")
     max_streams_per_client: int = Field(default=50, description="event streams one client address may hold open at once")
     max_steps: int = Field(default=1_000_000, description="largest `steps` a run may ask for")

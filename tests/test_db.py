@@ -96,6 +96,7 @@ def test_runs_of_the_first_schema_upgrade_and_still_list(settings):
         assert [s["name"] for s in compare_runs(session, ids=ids)["runs"]] == ["cpu run", "gpu run"]
 
 
+@pytest.mark.slow  # 15 s on 2 cores: four processes importing the app at once (the default suite stays under 15 min)
 def test_processes_starting_together_migrate_once(tmp_path):
     code = ("import sys; from app.db import init_db; from app.settings import Settings; "
             "init_db(Settings(home=sys.argv[1])); print('ok')")

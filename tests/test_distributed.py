@@ -27,6 +27,7 @@ def run(cmd: list[str], cache) -> subprocess.CompletedProcess:
     return proc
 
 
+@pytest.mark.slow  # 38 s on 2 cores: three trainings, two of them as two gloo processes each
 def test_two_gloo_processes_follow_the_single_process_curve(tmp_path, slice_path, warm_cache):
     home = tmp_path / "home"
     shutil.copytree(warm_cache, home / "cache")

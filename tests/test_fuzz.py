@@ -52,7 +52,8 @@ OPERATIONS = [
     "GET /api/benchmarks/{run_id}", "GET /api/presets", "GET /api/devices", "GET /api/datasets",
     "POST /api/datasets", "GET /api/compare", "GET /api/model-size", "GET /healthz", "GET /api/options",
     "POST /api/sweeps", "GET /api/sweeps", "GET /api/sweeps/{sweep_id}", "POST /api/sweeps/{sweep_id}/cancel",
-    "DELETE /api/sweeps/{sweep_id}",
+    "DELETE /api/sweeps/{sweep_id}", "POST /api/runs/reported", "POST /api/runs/{run_id}/report",
+    "PUT /api/runs/{run_id}/checkpoint", "POST /api/runs/import", "GET /api/export",
 ]
 
 

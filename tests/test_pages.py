@@ -157,7 +157,7 @@ def test_compare_page_for_two_runs(site, page):
     page.goto(f"{site.url}/")
     for r in pair:
         page.check(f"input[name=ids][value='{r['id']}']")
-    page.click("#compare-form button[type=submit]")
+    page.click("#compare-btn")
     page.wait_for_url("**/compare?*")
     assert page.locator("table.compare thead th").count() == 3
     assert "Largest gap between the curves" in page.inner_text("#curve-gap")
@@ -165,8 +165,8 @@ def test_compare_page_for_two_runs(site, page):
     assert "device" in page.inner_text("table.config")
     # where each ran: the worker (HOST:PID by default) and the device's name
     workers = [httpx.get(f"{site.url}/api/runs/{r['id']}").json()["worker"] for r in pair]
-    worker_row = page.locator("table.compare tr", has=page.locator("th", has_text="worker")).locator("td")
-    assert worker_row.all_inner_texts() == [f"{w['name']} on {w['host']}" for w in workers]
+    worker_row = page.locator("table.compare tr", has=page.locator("th", has_text="trained by")).locator("td")
+    assert worker_row.all_inner_texts() == [f"worker {w['name']} on {w['host']}" for w in workers]
     assert cpu_name() in page.locator("table.compare tr", has=page.locator("th", has_text="device")).inner_text()
     shot(page, "compare")
 

@@ -423,6 +423,7 @@ def test_worker_sigterm_requeues_and_next_worker_resumes(tmp_path, slice_path, w
         app.stop()
 
 
+@pytest.mark.slow  # 37 s on 2 cores; exclusive claims stay in the default suite (four processes claiming)
 def test_two_workers_never_take_the_same_run(tmp_path, slice_path, warm_cache, database_faults):
     home = make_home(tmp_path, slice_path, warm_cache, **database_faults)
     app = AppServer(home)

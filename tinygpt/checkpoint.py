@@ -57,12 +57,15 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         # file someone else wrote (a shared run folder, a downloaded best.pt) would run its code.
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
-        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
-        what = f" ({found.group(1)[:100]})" if found else ""
-        raise CheckpointError(f"{path} was refused: it holds objects other than tensors and plain data{what}, "
-                              "and loading it could run code") from None
+        found = re.search(r"(?i)unsupported global:? (?:GLOBAL )?([\w.]+)", str(exc))
+        if found is None:  # not a torch file of tensors at all (random bytes, a bare pickle): never executed
+            raise CheckpointError(f"{path} is not a readable checkpoint (not a PyTorch file of tensors and plain "
+                                  "data)") from None
+        raise CheckpointError(f"{path} was refused: it holds objects other than tensors and plain data "
+                              f"({found.group(1)[:100]}), and loading it could run code") from None
     except Exception as exc:  # torch raises many kinds for a damaged file
-        raise CheckpointError(f"{path} is not a readable checkpoint ({type(exc).__name__}: {exc})") from None
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        raise CheckpointError(f"{path} is not a readable checkpoint ({type(exc).__name__}: {first})") from None
     if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
         raise CheckpointError(f"{path} is not a tinygpt checkpoint of version {CHECKPOINT_VERSION}")
     return state
@@ -81,3 +84,22 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[GP
     model.to(device).eval()
     tokenizer = Tokenizer.from_dict(state["tokenizer"], source=f"tokenizer in {path}")
     return model, tokenizer, state
+
+
+def verify_checkpoint(path: str | Path) -> dict:
+    """Check that ``path`` is a checkpoint this library can load, without building the model in memory
+    (a forged ``model_config`` could ask for any size): tensors and plain data only (``weights_only``),
+    a model config that makes a model, weights whose names and shapes are that model's (checked on the
+    ``meta`` device, which allocates nothing) and a tokenizer. Returns its state; CheckpointError otherwise."""
+    state = read_checkpoint(path)
+    try:
+        config = GPTConfig.from_dict(state["model_config"])
+        with torch.device("meta"):
+            model = GPT(config)
+        model.load_state_dict(state["model"], strict=True, assign=True)
+        Tokenizer.from_dict(state["tokenizer"], source="the checkpoint's tokenizer")
+    except Exception as exc:  # a missing key, a wrong shape, a bad config or tokenizer: all say "not loadable"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{Path(path).name} is not a checkpoint of a tinygpt model ({type(exc).__name__}: "
+                              f"{first[:300]})") from None
+    return state

@@ -7,6 +7,9 @@
     tinygpt neighbors runs/tiny/best.pt " Holmes"
     tinygpt data holmes --out holmes.txt
     tinygpt bench --preset holmes --device cpu --batch-sizes 8,16,32 --threads 1,2
+    tinygpt train --preset holmes --out runs/h200 --report-to http://dashboard:8000 --token TOKEN
+    tinygpt sync runs/h200 --url http://dashboard:8000
+    tinygpt import runs/h200 docs/runs/h200-holmes-1500-bf16.csv --config options.json --device-name "NVIDIA H200"
 
 Errors in what the user typed or pointed at end in one line on stderr and exit code 2.
 """
@@ -24,26 +27,36 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .checkpoint import CheckpointError
+from .dashboard_client import DashboardError
 from .data import CorpusError
 from .gutenberg import GUTENBERG_URL, DownloadError
 from .options import Option
 from .presets import ARCHS, PRESETS, UnknownPresetError
+from .report import CHECKPOINT_MODES, Reporter
+from .run_import import RunImportError
 from .tokenizer import TokenizerError
+from .train import TrainConfig
 
-EXPECTED_ERRORS = (ValueError, CorpusError, TokenizerError, CheckpointError, DownloadError, UnknownPresetError, OSError)
+EXPECTED_ERRORS = (ValueError, CorpusError, TokenizerError, CheckpointError, DownloadError, UnknownPresetError, OSError,
+                   DashboardError, RunImportError)
+DEFAULT_DASHBOARD = "http://127.0.0.1:8000"
 
 
 class Paths:
     """Where the CLI keeps things: read from the environment here and nowhere else in the library.
 
     ``TINYGPT_HOME`` (default ``~/.tinygpt``) holds ``cache/`` and ``datasets/``;
-    ``TINYGPT_HOLMES_PATH``, when set, is the Holmes corpus to use instead of a download.
+    ``TINYGPT_HOLMES_PATH``, when set, is the Holmes corpus to use instead of a download;
+    ``TINYGPT_REPORT_TO`` and ``TINYGPT_API_TOKEN``: the dashboard that ``train``, ``sync`` and
+    ``import`` report to, and its token (the flags ``--report-to``/``--url`` and ``--token`` win).
     """
 
     def __init__(self) -> None:
         self.home = Path(os.environ.get("TINYGPT_HOME") or Path.home() / ".tinygpt").expanduser()
         holmes = os.environ.get("TINYGPT_HOLMES_PATH")
         self.holmes_override = Path(holmes).expanduser() if holmes else None
+        self.report_to = os.environ.get("TINYGPT_REPORT_TO") or None
+        self.api_token = os.environ.get("TINYGPT_API_TOKEN") or None
 
     @property
     def cache_dir(self) -> Path:
@@ -150,6 +163,10 @@ def add_option_flags(parser: argparse.ArgumentParser) -> None:
                                help=option_help(spec))
 
 
+def add_token_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument("--token", help="the dashboard's API token (default: $TINYGPT_API_TOKEN)")
+
+
 def build_parser(extra: Sequence[ExtraCommand] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tinygpt", description="Train, sample and inspect tiny GPTs.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log more")
@@ -173,6 +190,29 @@ def build_parser(extra: Sequence[ExtraCommand] = ()) -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True, help="run folder (metrics.csv, best.pt, config.json)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     p.add_argument("--no-progress", action="store_true", help="print a line per evaluation instead of a bar")
+    r = p.add_argument_group("reporting to a dashboard")
+    r.add_argument("--report-to", metavar="URL", help="a dashboard to stream this run to, e.g. http://gpu-box:8000 "
+                   "(default: $TINYGPT_REPORT_TO; unset: none)")
+    add_token_argument(r)
+    r.add_argument("--report-checkpoints", choices=CHECKPOINT_MODES, default="end", help="upload best.pt at the "
+                   "end (default), at each new best, or never")
+    r.add_argument("--name", help="the run's name on the dashboard (default: the run folder's name)")
+    r.add_argument("--tag", action="append", default=[], help="a tag on the dashboard (repeatable)")
+
+    p = sub.add_parser("sync", help="send what a run trained with --report-to has not sent yet (offline runs)")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("--url", help="the dashboard (default: the one the run reported to)")
+    add_token_argument(p)
+
+    p = sub.add_parser("import", help="bring finished run folders or metrics CSV files into a dashboard")
+    p.add_argument("paths", type=Path, nargs="+", metavar="RUN_DIR_OR_CSV")
+    p.add_argument("--url", help=f"the dashboard (default: $TINYGPT_REPORT_TO, else {DEFAULT_DASHBOARD})")
+    add_token_argument(p)
+    p.add_argument("--config", help="run options as a JSON file or '{...}': needed for a bare CSV, overrides "
+                   "config.json")
+    p.add_argument("--device-name", help='the device it ran on, e.g. "NVIDIA H200"')
+    p.add_argument("--name", help="the run's name (default: the folder's or file's name)")
+    p.add_argument("--tag", action="append", default=[], help="a tag (repeatable)")
 
     p = sub.add_parser("sample", help="generate text from a checkpoint")
     p.add_argument("checkpoint", type=Path)
@@ -244,7 +284,7 @@ def cmd_train(args: argparse.Namespace, paths: Paths) -> int:
     from . import distributed
     from .distributed import dist_info
     from .progress import ProgressCallbacks
-    from .train import OPTIONS, NonFiniteLoss, TrainConfig, Trainer
+    from .train import OPTIONS, CallbackList, NonFiniteLoss, Trainer
 
     corpus = args.corpus or paths.holmes_corpus()
     config = TrainConfig(corpus=str(corpus), **{name: getattr(args, name) for name in OPTIONS})
@@ -252,24 +292,89 @@ def cmd_train(args: argparse.Namespace, paths: Paths) -> int:
     if not corpus.exists() and args.corpus is None:
         raise CorpusError(f"no corpus at {corpus}; run `tinygpt data holmes` or pass --corpus PATH")
     dist = dist_info()  # launched by torchrun: one rank of several (DistributedDataParallel)
-    callbacks = ProgressCallbacks(total_steps=args.steps, bar=not args.no_progress and dist.is_main)
+    reporter = start_reporting(args, paths, config) if dist.is_main else None
+    progress = ProgressCallbacks(total_steps=args.steps, bar=not args.no_progress and dist.is_main)
+    callbacks = CallbackList(progress, reporter) if reporter else progress
     try:
         trainer = Trainer(config, args.out, callbacks=callbacks, cache_dir=paths.cache_dir, resume=args.resume,
                           dist=dist)
         result = trainer.run()
     except NonFiniteLoss as exc:  # a finding about the run, not a usage error: exit 1
+        progress.close()
+        end_reporting(reporter, args.out, "failed", error=str(exc), alert="nonfinite_loss")
         print(f"tinygpt train: {exc}; files in {args.out}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        progress.close()
+        end_reporting(reporter, args.out, "cancelled", error="interrupted (Ctrl-C)")
+        raise
+    except Exception as exc:  # reported as the run's failure, then shown as usual
+        progress.close()
+        end_reporting(reporter, args.out, "failed", error=f"{type(exc).__name__}: {exc}")
+        raise
     finally:
-        callbacks.close()
+        progress.close()
         distributed.stop()
-    if dist.is_main:
-        best = f"{result.best_val_loss:.4f} at step {result.best_step}" if result.best_val_loss is not None else "n/a"
-        ranks = f" x {dist.world_size} processes" if dist.enabled else ""
-        if result.stop_reason:
-            print(result.stop_reason)
-        print(f"done: {result.steps_done} steps on {result.device}{ranks} ({result.precision}); best val {best}; "
-              f"files in {result.out_dir}")
+    if not dist.is_main:
+        return 0
+    if reporter is not None and reporter.should_stop():
+        end_reporting(reporter, args.out, "cancelled", error="cancelled from the dashboard")
+        print(f"tinygpt train: cancelled from the dashboard at step {result.steps_done}; last.pt saved in "
+              f"{result.out_dir}", file=sys.stderr)
+        return 1
+    end_reporting(reporter, args.out, "succeeded", stop_reason=result.stop_reason)
+    best = f"{result.best_val_loss:.4f} at step {result.best_step}" if result.best_val_loss is not None else "n/a"
+    ranks = f" x {dist.world_size} processes" if dist.enabled else ""
+    if result.stop_reason:
+        print(result.stop_reason)
+    print(f"done: {result.steps_done} steps on {result.device}{ranks} ({result.precision}); best val {best}; "
+          f"files in {result.out_dir}")
+    return 0
+
+
+def start_reporting(args: argparse.Namespace, paths: Paths, config: TrainConfig) -> Reporter | None:
+    """``--report-to``: a bad address or a refused token stops here, before any training."""
+    url = args.report_to or paths.report_to
+    if not url:
+        return None
+    from .report import open_report, run_meta
+
+    meta = run_meta(config, name=args.name, tags=args.tag, out_dir=args.out)
+    return open_report(url, args.token or paths.api_token, out_dir=args.out, meta=meta, resume=args.resume,
+                       checkpoints=args.report_checkpoints)
+
+
+def end_reporting(reporter: Reporter | None, out: Path, status: str, **fields: str | None) -> None:
+    if reporter is None:
+        return
+    if not reporter.finish(status, **fields):
+        left = reporter.journal.pending()
+        print(f"tinygpt: warning: {left} report item(s) not sent yet; send them with `tinygpt sync {out}` "
+              "when the dashboard answers", file=sys.stderr)
+
+
+def cmd_sync(args: argparse.Namespace, paths: Paths) -> int:
+    from .report import sync_run
+
+    run_id, sent = sync_run(args.run_dir, url=args.url, token=args.token or paths.api_token)
+    print(f"synced {args.run_dir}: {sent} item(s) sent; run {run_id}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace, paths: Paths) -> int:
+    from .dashboard_client import DashboardClient
+    from .run_import import import_payload
+
+    client = DashboardClient(args.url or paths.report_to or DEFAULT_DASHBOARD, args.token or paths.api_token)
+    for path in args.paths:
+        payload, checkpoint = import_payload(path, config_arg=args.config, device_name=args.device_name,
+                                             name=args.name, tags=args.tag)
+        run = client.import_run(payload)
+        if checkpoint is not None:
+            client.upload_checkpoint(run["id"], checkpoint)
+        with_checkpoint = " with its best checkpoint" if checkpoint is not None else ""
+        print(f"imported {path} as run {run['id']} ({len(payload['metrics'])} rows{with_checkpoint}): "
+              f"{client.url}/runs/{run['id']}")
     return 0
 
 
@@ -341,6 +446,8 @@ COMMANDS = {
     "neighbors": cmd_neighbors,
     "data": cmd_data,
     "bench": cmd_bench,
+    "sync": cmd_sync,
+    "import": cmd_import,
 }
 
 

@@ -228,6 +228,40 @@ class Callbacks:
         return False
 
 
+class CallbackList(Callbacks):
+    """Several callbacks as one (the CLI's progress bar and its reporter): each is called in turn."""
+
+    def __init__(self, *callbacks: Callbacks) -> None:
+        self.callbacks = callbacks
+
+    def on_start(self, info: dict) -> None:
+        for c in self.callbacks:
+            c.on_start(info)
+
+    def on_step(self, metrics: StepMetrics) -> None:
+        for c in self.callbacks:
+            c.on_step(metrics)
+
+    def on_eval(self, metrics: StepMetrics) -> None:
+        for c in self.callbacks:
+            c.on_eval(metrics)
+
+    def on_sample(self, sample: Sample) -> None:
+        for c in self.callbacks:
+            c.on_sample(sample)
+
+    def on_checkpoint(self, path: Path, kind: str) -> None:
+        for c in self.callbacks:
+            c.on_checkpoint(path, kind)
+
+    def on_progress(self, step: int) -> None:
+        for c in self.callbacks:
+            c.on_progress(step)
+
+    def should_stop(self) -> bool:
+        return any(c.should_stop() for c in self.callbacks)
+
+
 @dataclass
 class OverfitWatch:
     """Overfitting as the run page's banner calls it: the validation loss above its best at

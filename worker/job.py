@@ -31,17 +31,17 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete
-from sqlmodel import Session, col
+from sqlmodel import Session
 
 from app import study as studies
 from app.db import init_db, session_scope
-from app.models import Alert, EventType, Metric, Run, RunKind, RunStatus, Sample, utcnow
+from app.models import Alert, EventType, Run, RunKind, RunStatus, utcnow
 from app.services import benchmarks as bench_svc
 from app.services.alerts import end_run, has_alert, raise_alert
 from app.services.datasets import HOLMES, dataset_path, ensure_builtin, record_tokenizer
 from app.services.events import record_event
 from app.services.files import remove_file, run_disk_bytes
+from app.services.run_records import record_best_checkpoint, record_metric, record_sample, record_start
 from app.services.sweeps import get_sweep, settle_sweep
 from app.settings import Settings, get_settings
 from tinygpt import distributed
@@ -112,33 +112,14 @@ class JobCallbacks(Callbacks):
 
     def on_start(self, info: dict) -> None:
         with job_session(self.settings) as s:
-            start = info["start_step"]
-            # A resumed attempt continues from its checkpoint: rows logged after it are replaced.
-            s.exec(delete(Metric).where(col(Metric.run_id) == self.run_id, col(Metric.step) > start))
-            s.exec(delete(Sample).where(col(Sample.run_id) == self.run_id, col(Sample.step) > start))
             run = s.get(Run, self.run_id)
-            run.device_info = info["device_info"]
-            run.precision = info["precision"]
-            run.params = info["params"]
-            run.last_step = start
+            record_start(s, run, info)
             run.progress_at = utcnow()  # the stall check's clock starts with training
-            self.last_progress = (start, time.monotonic())
-            s.add(run)
-            verb = f"resumed at step {start}" if info["resumed"] else "started"
-            record_event(s, run_id=self.run_id, type=EventType.resolved,
-                         data={"device": info["device"], "device_info": info["device_info"],
-                               "precision": info["precision"], "params": info["params"], "start_step": start})
-            record_event(s, run_id=self.run_id, type=EventType.log,
-                         data={"message": f"{verb} on {info['device']} ({info['device_info'].get('name')}), "
-                                          f"{info['precision']}, {info['params']:,} parameters"})
+            self.last_progress = (info["start_step"], time.monotonic())
 
     def on_step(self, m: StepMetrics) -> None:
         with job_session(self.settings) as s:
-            s.add(Metric(run_id=self.run_id, **vars(m)))
-            run = s.get(Run, self.run_id)
-            run.last_step = m.step
-            s.add(run)
-            record_event(s, run_id=self.run_id, type=EventType.metric, data=vars(m))
+            record_metric(s, s.get(Run, self.run_id), vars(m))
 
     def on_eval(self, m: StepMetrics) -> None:
         self.last_eval = m
@@ -185,27 +166,16 @@ class JobCallbacks(Callbacks):
 
     def on_sample(self, sample: TrainSample) -> None:
         with job_session(self.settings) as s:
-            s.add(Sample(run_id=self.run_id, step=sample.step, prompt=sample.prompt, text=sample.text))
-            record_event(s, run_id=self.run_id, type=EventType.sample, data=vars(sample))
+            record_sample(s, self.run_id, vars(sample))
 
     def on_checkpoint(self, path: Path, kind: str) -> None:
-        if kind != "best" or self.last_eval is None:
-            with job_session(self.settings) as s:
-                run = s.get(Run, self.run_id)
-                run.disk_bytes = run_disk_bytes(run)
-                s.add(run)
-            return
         with job_session(self.settings) as s:
             run = s.get(Run, self.run_id)
-            run.disk_bytes = run_disk_bytes(run)
-            run.checkpoint_path = str(path)
-            run.best_val_loss = self.last_eval.val_loss
-            run.best_step = self.last_eval.step
-            s.add(run)
-            record_event(s, run_id=self.run_id, type=EventType.best_checkpoint,
-                         data={"step": run.best_step, "val_loss": run.best_val_loss})
-            record_event(s, run_id=self.run_id, type=EventType.log,
-                         data={"message": f"best checkpoint at step {run.best_step} (val {run.best_val_loss:.4f})"})
+            if kind == "best" and self.last_eval is not None:
+                record_best_checkpoint(s, run, path=path, step=self.last_eval.step, val_loss=self.last_eval.val_loss)
+            else:
+                run.disk_bytes = run_disk_bytes(run)
+                s.add(run)
 
     def should_stop(self) -> bool:
         return self.preempted.is_set() or self.pruned.is_set() or (self.stop_on_cancel and self.cancelled.is_set())

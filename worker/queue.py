@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import update
 from sqlmodel import Session, col, select
 
-from app.models import EventType, Run, RunStatus, utcnow
+from app.models import EventType, Run, RunOrigin, RunStatus, utcnow
 from app.services.alerts import end_run
 from app.services.events import record_event
 from app.services.runs import run_summary, set_status
@@ -71,7 +71,8 @@ def reap_dead_runs(session: Session, *, worker: str, own: bool, settings: Settin
     alive and beating is never taken, whoever else starts.
     """
     cutoff = utcnow() - timedelta(seconds=settings.stale_after_sec)
-    running = session.exec(select(Run).where(Run.status == RunStatus.running)).all()
+    # runs trained elsewhere (reported) have no job here: their trainer's reports are their heartbeat
+    running = session.exec(select(Run).where(Run.status == RunStatus.running, Run.origin == RunOrigin.dashboard)).all()
     gone = gone_owners(session, {r.worker for r in running if r.worker}, me=worker)
     reaped = []
     for run in running:

@@ -7,6 +7,7 @@ import io
 import os
 import statistics
 import uuid
+from datetime import UTC
 from functools import lru_cache
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from ..models import (
     MetricPublic,
     Run,
     RunCreate,
+    RunOrigin,
     RunPublic,
     RunsPage,
     RunStatus,
@@ -244,6 +246,9 @@ def cancel_run(session: Session, *, run_id: int, settings: Settings) -> Run:
         raise Conflict(f"run {run_id} has already finished ({run.status})")
     if run.status == RunStatus.queued:
         set_status(session, run, RunStatus.cancelled, finished_at=utcnow())
+    elif trainer_is_silent(run, settings):  # a trainer that comes back is told to stop
+        set_status(session, run, RunStatus.cancelled, finished_at=utcnow(), cancel_requested=True,
+                   error="cancelled by request while its trainer was not reporting")
     else:
         run.cancel_requested = True
         session.add(run)
@@ -255,6 +260,15 @@ def cancel_run(session: Session, *, run_id: int, settings: Settings) -> Run:
         settle_sweep(session, sweep_id=run.sweep_id, settings=settings)
     session.refresh(run)
     return run
+
+
+def trainer_is_silent(run: Run, settings: Settings) -> bool:
+    """A reported run whose trainer has not reported for ``stale_after_sec``: nobody would see a request
+    to stop, so a cancel ends it at once (a trainer that comes back is told it was cancelled)."""
+    if run.origin != RunOrigin.reported or run.heartbeat_at is None:
+        return False
+    beat = run.heartbeat_at if run.heartbeat_at.tzinfo else run.heartbeat_at.replace(tzinfo=UTC)
+    return (utcnow() - beat).total_seconds() > settings.stale_after_sec
 
 
 def run_metrics(session: Session, *, run_id: int) -> list[MetricPublic]:
@@ -313,6 +327,8 @@ def compare_runs(session: Session, *, ids: list[int]) -> dict:
             "device": run.device or run.requested_device,
             "device_name": (run.device_info or {}).get("name"),
             "worker": RunPublic.of(run).worker.model_dump() if run.worker else None,
+            "origin": run.origin,
+            "host": run.worker_host,
             "precision": run.precision,
             "status": run.status,
             "final_train_loss": evals[-1].train_loss if evals else None,

@@ -1,0 +1,92 @@
+"""Every metrics row of many runs as one long table (``GET /api/export``): CSV or JSON lines, written
+as it is read, a page of rows at a time in short sessions, so memory stays flat whatever the size and
+no database connection is held while the client reads."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+
+from sqlmodel import Session, col, select
+
+from ..db import get_engine
+from ..errors import Invalid
+from ..models import Metric
+from ..settings import Settings
+from .runs import get_run
+
+RUN_COLUMNS = ["run_id", "name", "device", "precision"]
+ROW_COLUMNS = ["step", "train_loss", "val_loss", "lr", "tokens_per_sec", "tokens_seen", "elapsed_sec"]
+EXPORT_COLUMNS = RUN_COLUMNS + ROW_COLUMNS
+EXPORT_FORMATS = ("csv", "jsonl")
+MAX_RUNS = 100
+PAGE_ROWS = 5000
+
+
+def parse_run_ids(values: list[str]) -> list[int]:
+    """``ids=1,2,3`` or ``ids=1&ids=2`` (the run list's form): distinct positive ids, in order."""
+    try:
+        ids = [int(v) for value in values for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise Invalid("ids must be comma-separated run ids", field="ids") from None
+    if not ids:
+        raise Invalid("give at least one run id", field="ids")
+    if not all(1 <= i < 2**63 for i in ids):
+        raise Invalid("run ids must be positive 64-bit integers", field="ids")
+    ids = list(dict.fromkeys(ids))
+    if len(ids) > MAX_RUNS:
+        raise Invalid(f"at most {MAX_RUNS} runs per export", field="ids")
+    return ids
+
+
+def export_runs(session: Session, *, ids: list[int]) -> list[dict]:
+    """Each run's columns of the table (404 for an unknown run, before anything is streamed)."""
+    runs = [get_run(session, run_id=i) for i in ids]
+    return [{"run_id": r.id, "name": r.name, "device": r.device or r.requested_device, "precision": r.precision}
+            for r in runs]
+
+
+def export_rows(settings: Settings, runs: list[dict]) -> Iterator[dict]:
+    """The rows, run by run and step by step, read a page at a time (keyset on the step)."""
+    columns = [col(getattr(Metric, c)) for c in ROW_COLUMNS]
+    for run in runs:
+        after = (-1, 0)
+        while True:
+            with Session(get_engine(settings)) as session:
+                page = session.exec(
+                    select(*columns, col(Metric.id)).where(Metric.run_id == run["run_id"])
+                    .where((col(Metric.step) > after[0]) | ((col(Metric.step) == after[0]) & (col(Metric.id) > after[1])))
+                    .order_by(col(Metric.step), col(Metric.id)).limit(PAGE_ROWS)).all()
+            for row in page:
+                yield {**run, **dict(zip(ROW_COLUMNS, row[:-1], strict=True))}
+            if len(page) < PAGE_ROWS:
+                break
+            after = (page[-1][0], page[-1][-1])
+
+
+def as_csv(rows: Iterator[dict]) -> Iterator[str]:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=EXPORT_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for i, row in enumerate(rows, 1):
+        writer.writerow({**row, "val_loss": "" if row["val_loss"] is None else row["val_loss"]})
+        if i % 1000 == 0:
+            yield buf.getvalue()
+            buf.seek(0)
+            buf.truncate()
+    yield buf.getvalue()
+
+
+def as_jsonl(rows: Iterator[dict]) -> Iterator[str]:
+    lines: list[str] = []
+    for row in rows:
+        lines.append(json.dumps(row))
+        if len(lines) == 1000:
+            yield "\n".join(lines) + "\n"
+            lines = []
+    if lines:
+        yield "\n".join(lines) + "\n"
+
+

@@ -1,0 +1,177 @@
+"""Runs trained elsewhere: reported live (``tinygpt train --report-to``, ``tinygpt/report.py``) or imported
+when finished (``tinygpt import``). They are ordinary runs (pages, compare, export, samples) that no worker
+claims; a reported run's trainer sends its journal in numbered items, and each number is applied once
+(``runs.report_seq``): a batch sent again after a lost answer changes nothing."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sqlalchemy import insert
+from sqlmodel import Session, select
+
+from tinygpt.checkpoint import CheckpointError, verify_checkpoint
+
+from ..errors import Conflict, Invalid
+from ..models import (
+    Event,
+    EventType,
+    Metric,
+    ReportAck,
+    ReportedRunBase,
+    ReportedRunCreate,
+    ReportItem,
+    Run,
+    RunImport,
+    RunOrigin,
+    RunStatus,
+    utcnow,
+)
+from ..settings import Settings
+from .alerts import end_run, has_alert, raise_alert
+from .events import record_event
+from .files import run_disk_bytes
+from .run_records import record_best_checkpoint, record_metric, record_sample, record_start
+from .runs import get_run, run_summary, set_status
+
+CHECKPOINT_NAME = "best.pt"
+
+
+def new_run(session: Session, *, body: ReportedRunBase, origin: RunOrigin, settings: Settings, **fields: object) -> Run:
+    """A run of ``origin`` with its folder (for an uploaded checkpoint), uncommitted."""
+    if body.config.steps > settings.max_steps:
+        raise Invalid(f"steps must be at most {settings.max_steps}", field="config.steps")
+    run = Run(name=body.name, config=body.config.model_dump(mode="json"), requested_device=body.device,
+              tags=body.tags, origin=origin, worker_host=body.host, started_at=utcnow(), **fields)
+    session.add(run)
+    session.flush()
+    run.out_dir = str(settings.runs_dir / str(run.id))
+    record_event(session, run_id=run.id, type=EventType.created, data=run_summary(run))
+    return run
+
+
+def find_reported_run(session: Session, *, report_id: str) -> Run | None:
+    return session.exec(select(Run).where(Run.report_id == report_id)).first()
+
+
+def create_reported_run(session: Session, *, body: ReportedRunCreate, settings: Settings) -> Run:
+    """The run a trainer reports to; the same ``report_id`` again gives the same run."""
+    existing = find_reported_run(session, report_id=body.report_id)
+    if existing is not None:
+        return existing
+    run = new_run(session, body=body, origin=RunOrigin.reported, settings=settings, report_id=body.report_id,
+                  heartbeat_at=utcnow())
+    set_status(session, run, RunStatus.running)
+    record_event(session, run_id=run.id, type=EventType.log,
+                 data={"message": f"reported from {body.host or 'another machine'}: trained there by tinygpt train"})
+    session.commit()
+    return run
+
+
+def reported_run(session: Session, *, run_id: int) -> Run:
+    run = get_run(session, run_id=run_id)
+    if run.origin != RunOrigin.reported:
+        raise Conflict(f"run {run_id} is trained by this dashboard's workers; only reported runs take reports")
+    return run
+
+
+def apply_report(session: Session, *, run_id: int, items: list[ReportItem], settings: Settings) -> ReportAck:
+    """Apply the items that follow the last one applied, in order (a gap stops there: the trainer resends
+    from the acknowledged number); a heartbeat for the run (commits)."""
+    run = reported_run(session, run_id=run_id)
+    for item in sorted(items, key=lambda i: i.seq):
+        if item.seq <= run.report_seq:
+            continue  # applied before: its answer was lost
+        if item.seq != run.report_seq + 1:
+            break
+        apply_item(session, run, item, settings)
+        run.report_seq = item.seq
+    run.heartbeat_at = utcnow()
+    session.add(run)
+    session.commit()
+    return ReportAck(applied_seq=run.report_seq, cancel_requested=run.cancel_requested, status=run.status)
+
+
+def apply_item(session: Session, run: Run, item: ReportItem, settings: Settings) -> None:
+    data = item.data
+    if item.kind == "start":
+        record_start(session, run, data.model_dump())
+        run.device = data.device
+        if RunStatus(run.status).finished:  # resumed after it ended (a crash the dashboard called an end)
+            set_status(session, run, RunStatus.running, finished_at=None, error=None)
+    elif item.kind == "metric":
+        record_metric(session, run, data.model_dump())
+        run.progress_at = utcnow()
+    elif item.kind == "sample":
+        record_sample(session, run.id, data.model_dump())
+    elif item.kind == "log":
+        record_event(session, run_id=run.id, type=EventType.log, data={"message": data.message})
+    elif item.kind == "alert" and not has_alert(session, run_id=run.id, kind=data.kind):
+        raise_alert(session, kind=data.kind, message=data.message, settings=settings, run=run)
+    elif item.kind == "status" and not RunStatus(run.status).finished:
+        end_run(session, run, RunStatus(data.status), settings=settings, alert=data.alert, error=data.error,
+                stop_reason=data.stop_reason, finished_at=utcnow(), stalled_at=None, disk_bytes=run_disk_bytes(run))
+
+
+def accept_checkpoint(session: Session, *, run_id: int, upload: Path, seq: int | None, settings: Settings) -> ReportAck:
+    """An uploaded file becomes the run's best checkpoint once it proves to be one (``verify_checkpoint``:
+    never unpickled beyond tensors and plain data, the model checked without being built); commits."""
+    run = get_run(session, run_id=run_id)
+    if run.origin == RunOrigin.dashboard:
+        raise Conflict(f"run {run_id} is trained by this dashboard's workers; its checkpoints are its own")
+    if seq is not None and seq <= run.report_seq:
+        return ReportAck(applied_seq=run.report_seq, cancel_requested=run.cancel_requested, status=run.status)
+    try:
+        state = verify_checkpoint(upload)
+    except CheckpointError as exc:
+        raise Invalid(f"not a checkpoint this dashboard can load: {exc}".replace(str(upload), "the upload")
+                      .replace(upload.name, "the upload"),
+                      field="body") from None
+    path = Path(run.out_dir) / CHECKPOINT_NAME
+    os.replace(upload, path)
+    train_state = state.get("train_state") or {}
+    step = int(train_state.get("best_step") or state.get("step") or 0)
+    val_loss = state.get("best_val_loss", run.best_val_loss)
+    if val_loss is None:  # a checkpoint saved before any evaluation
+        run.checkpoint_path, run.disk_bytes = str(path), run_disk_bytes(run)
+    else:
+        record_best_checkpoint(session, run, path=path, step=step, val_loss=float(val_loss))
+    if seq is not None and seq == run.report_seq + 1:
+        run.report_seq = seq
+    session.add(run)
+    session.commit()
+    return ReportAck(applied_seq=run.report_seq, cancel_requested=run.cancel_requested, status=run.status)
+
+
+def upload_folder(session: Session, *, run_id: int) -> Path:
+    """Where an upload for the run is written while it streams in (the run's folder)."""
+    run = get_run(session, run_id=run_id)
+    if run.origin == RunOrigin.dashboard:
+        raise Conflict(f"run {run_id} is trained by this dashboard's workers; its checkpoints are its own")
+    folder = Path(run.out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def import_run(session: Session, *, body: RunImport, settings: Settings) -> Run:
+    """A finished run with all its rows, written in bulk (its events too: the run page replays them)."""
+    rows = sorted((m.model_dump() for m in body.metrics), key=lambda r: r["step"])
+    evals = [r for r in rows if r["val_loss"] is not None]
+    best = min(evals, key=lambda r: r["val_loss"]) if evals else None
+    run = new_run(session, body=body, origin=RunOrigin.imported, settings=settings, device=body.device,
+                  device_info=body.device_info, precision=body.precision, params=body.params,
+                  last_step=rows[-1]["step"], best_val_loss=best["val_loss"] if best else None,
+                  best_step=best["step"] if best else None)
+    session.execute(insert(Metric), [{"run_id": run.id, **r} for r in rows])
+    session.execute(insert(Event), [{"run_id": run.id, "type": EventType.metric, "data": r, "created_at": utcnow()}
+                                    for r in rows])
+    for sample in body.samples:
+        record_sample(session, run.id, sample.model_dump())
+    record_event(session, run_id=run.id, type=EventType.log,
+                 data={"message": f"imported: {len(rows)} metrics rows, trained on {body.device}"
+                                  f" ({body.device_info.get('name') or 'device not named'})"})
+    set_status(session, run, RunStatus(body.status), finished_at=utcnow(), error=body.error)
+    session.commit()
+    return run
+

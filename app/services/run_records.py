@@ -1,0 +1,58 @@
+"""What a training run writes as it goes (its start, metrics rows, samples, new best checkpoints), each
+with the event its streams carry: one set of writes for the worker's jobs (``worker/job.py``) and for
+runs that report from elsewhere (``app/services/reports.py``). The caller commits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import delete
+from sqlmodel import Session, col
+
+from ..models import EventType, Metric, Run, Sample
+from .events import record_event
+from .files import run_disk_bytes
+
+
+def record_start(session: Session, run: Run, info: dict) -> None:
+    """Training (re)starts at ``info["start_step"]``: rows logged after it by an earlier attempt go; the
+    resolved device, its description, precision and parameter count are recorded."""
+    start = info["start_step"]
+    session.exec(delete(Metric).where(col(Metric.run_id) == run.id, col(Metric.step) > start))
+    session.exec(delete(Sample).where(col(Sample.run_id) == run.id, col(Sample.step) > start))
+    run.device_info = info["device_info"]
+    run.precision = info["precision"]
+    run.params = info["params"]
+    run.last_step = start
+    session.add(run)
+    verb = f"resumed at step {start}" if info["resumed"] else "started"
+    record_event(session, run_id=run.id, type=EventType.resolved,
+                 data={"device": info["device"], "device_info": info["device_info"], "precision": info["precision"],
+                       "params": info["params"], "start_step": start})
+    record_event(session, run_id=run.id, type=EventType.log,
+                 data={"message": f"{verb} on {info['device']} ({info['device_info'].get('name')}), "
+                                  f"{info['precision']}, {info['params']:,} parameters"})
+
+
+def record_metric(session: Session, run: Run, row: dict) -> None:
+    """One metrics row (the fields of ``tinygpt.train.StepMetrics``)."""
+    session.add(Metric(run_id=run.id, **row))
+    run.last_step = row["step"]
+    session.add(run)
+    record_event(session, run_id=run.id, type=EventType.metric, data=row)
+
+
+def record_sample(session: Session, run_id: int, sample: dict) -> None:
+    session.add(Sample(run_id=run_id, step=sample["step"], prompt=sample["prompt"], text=sample["text"]))
+    record_event(session, run_id=run_id, type=EventType.sample, data=sample)
+
+
+def record_best_checkpoint(session: Session, run: Run, *, path: Path, step: int, val_loss: float) -> None:
+    run.disk_bytes = run_disk_bytes(run)
+    run.checkpoint_path = str(path)
+    run.best_val_loss = val_loss
+    run.best_step = step
+    session.add(run)
+    record_event(session, run_id=run.id, type=EventType.best_checkpoint, data={"step": step, "val_loss": val_loss})
+    record_event(session, run_id=run.id, type=EventType.log,
+                 data={"message": f"best checkpoint at step {step} (val {val_loss:.4f})"})

@@ -1,0 +1,79 @@
+"""``tinygpt import``: a finished run folder (``metrics.csv``, ``config.json``, ``best.pt`` when present)
+or a bare metrics CSV, as the payload of the dashboard's ``POST /api/runs/import``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from .model import GPT
+from .train import TrainConfig, read_metrics_csv
+
+
+class RunImportError(ValueError):
+    """A folder or file that cannot be imported: one line naming what is missing."""
+
+
+def read_config_arg(text: str) -> dict:
+    """``--config``: a JSON file (a run folder's ``config.json``, or run options) or inline JSON options."""
+    raw = text if text.lstrip().startswith("{") else Path(text).read_text(encoding="utf-8")
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise RunImportError(f"--config is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise RunImportError("--config must be a JSON object of run options")
+    return data
+
+
+def config_parts(data: dict) -> tuple[TrainConfig, dict]:
+    """The run options (checked by the library) and what ``config.json`` says was resolved."""
+    options = data.get("train", data)
+    resolved = data.get("resolved", {})
+    config = TrainConfig.from_dict({"corpus": "", **{k: v for k, v in options.items() if k != "corpus"}})
+    corpus = Path(options.get("corpus") or "holmes.txt")
+    return config, {**resolved, "dataset": corpus.stem or "holmes"}
+
+
+def import_payload(path: Path, *, config_arg: str | None = None, device_name: str | None = None,
+                   name: str | None = None, tags: list[str] | None = None) -> tuple[dict, Path | None]:
+    """The import request for ``path`` and the checkpoint to upload after it (None: none)."""
+    if path.is_dir():
+        metrics_path, config_path, best = path / "metrics.csv", path / "config.json", path / "best.pt"
+        if not metrics_path.exists():
+            raise RunImportError(f"{path} has no metrics.csv: not a run folder")
+        if config_arg is None and not config_path.exists():
+            raise RunImportError(f"{path} has no config.json: give its options with --config")
+        data = read_config_arg(config_arg) if config_arg else json.loads(config_path.read_text())
+    elif path.is_file():
+        metrics_path, best = path, None
+        if config_arg is None:
+            raise RunImportError(f"{path} is a bare metrics CSV: give its run options with --config "
+                               "(a JSON file or '{...}') and its device with --device-name")
+        data = read_config_arg(config_arg)
+    else:
+        raise RunImportError(f"{path} does not exist")
+    config, resolved = config_parts(data)
+    try:
+        rows = read_metrics_csv(metrics_path)
+    except (KeyError, ValueError) as exc:
+        raise RunImportError(f"{metrics_path} is not a tinygpt metrics CSV ({type(exc).__name__}: {exc})") from None
+    if not rows:
+        raise RunImportError(f"{metrics_path} has no rows")
+    last = rows[-1].step
+    finished = last >= config.steps
+    payload = {
+        "name": name or (path.name if path.is_dir() else path.stem),
+        "tags": tags or [],
+        "device": resolved.get("device") or config.device,
+        "device_info": {"name": device_name} if device_name else {},
+        "precision": resolved.get("precision") or config.precision,
+        "params": resolved.get("params") or GPT(config.model_config()).num_params(),
+        "config": {**{k: v for k, v in config.to_dict().items() if k not in ("corpus", "device")},
+                   "dataset": resolved["dataset"]},
+        "status": "succeeded" if finished else "cancelled",
+        "error": None if finished else f"imported: its metrics end at step {last} of {config.steps}",
+        "metrics": [asdict(m) for m in rows],
+    }
+    return payload, best if best is not None and best.exists() else None
