@@ -1,5 +1,5 @@
 """A small client for a TinyGPT dashboard's REST API: what ``tinygpt train --report-to``, ``tinygpt sync``
-and ``tinygpt import`` send. Standard library only (``urllib``): the library depends on torch and regex alone.
+and ``tinygpt import`` send. Standard library only (``http.client``): the library depends on torch and regex alone.
 
 Errors, each one line: :class:`DashboardUnreachable` (nothing answered: connection refused, timeout, DNS),
 :class:`TokenRefused` (401/403) and :class:`DashboardRejected` (any other refusal, with the API's message
@@ -8,14 +8,14 @@ naming the field).
 
 from __future__ import annotations
 
+import http.client
 import json
-import urllib.error
-import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
 TIMEOUT_SEC = 15.0
 UPLOAD_CHUNK = 1 << 20
+STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)  # every request is idempotent here
 
 
 class DashboardError(ValueError):
@@ -62,10 +62,17 @@ def error_message(status: int, body: bytes) -> str:
 
 
 class DashboardClient:
+    """One kept-alive connection (a reporter sends a few requests a second: no new TCP connection each
+    time); a failed request drops it and the next one connects again. Not shared between threads."""
+
     def __init__(self, url: str, token: str | None = None, timeout: float = TIMEOUT_SEC) -> None:
         self.url = check_dashboard_url(url)
+        parts = urlsplit(self.url)
+        self.connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        self.netloc, self.prefix = parts.netloc, parts.path
         self.token = token
         self.timeout = timeout
+        self.connection: http.client.HTTPConnection | None = None
 
     def request(self, method: str, path: str, *, body: object = None, data: object = None,
                 headers: dict | None = None) -> dict | list:
@@ -76,24 +83,44 @@ class DashboardClient:
         if body is not None:
             data = json.dumps(body).encode()
             head["Content-Type"] = "application/json"
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers=head)
+        reused = self.connection is not None
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as response:  # noqa: S310 (checked http/https)
-                return json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            text = exc.read()
-            if exc.code in (401, 403):
-                raise TokenRefused(f"the dashboard at {self.url} refused the API token ({error_message(exc.code, text)})"
-                                   ) from None
-            if exc.code in (502, 503, 504):
-                raise DashboardUnreachable(f"{self.url} answered {exc.code}") from None
-            raise DashboardRejected(exc.code, error_message(exc.code, text)) from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            reason = getattr(reason, "strerror", None) or reason  # "Connection refused", not "[Errno 111] ..."
+            try:
+                status, text = self.exchange(method, self.prefix + path, data, head)
+            except STALE as exc:  # the server closed a kept-alive connection meanwhile: once more, on a new one
+                if not reused or not isinstance(data, bytes | None):
+                    raise exc
+                self.close()
+                status, text = self.exchange(method, self.prefix + path, data, head)
+        except (OSError, http.client.HTTPException) as exc:  # refused, reset, timed out, cut off
+            self.close()
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__  # "Connection refused"
             raise DashboardUnreachable(f"cannot reach {self.url} ({reason})") from None
+        if status in (401, 403):
+            raise TokenRefused(f"the dashboard at {self.url} refused the API token ({error_message(status, text)})")
+        if status in (502, 503, 504):
+            raise DashboardUnreachable(f"{self.url} answered {status}")
+        if status >= 400:
+            raise DashboardRejected(status, error_message(status, text))
+        try:
+            return json.loads(text or b"null")
         except ValueError as exc:  # an answer that is not JSON: not a dashboard, or cut off
             raise DashboardUnreachable(f"{self.url} gave an unreadable answer ({exc})") from None
+
+    def exchange(self, method: str, path: str, data: object, headers: dict) -> tuple[int, bytes]:
+        if self.connection is None:
+            self.connection = self.connection_class(self.netloc, timeout=self.timeout)
+        self.connection.request(method, path, body=data, headers=headers)
+        response = self.connection.getresponse()
+        text = response.read()
+        if response.will_close:
+            self.close()
+        return response.status, text
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
 
     def create_reported_run(self, payload: dict) -> dict:
         return self.request("POST", "/api/runs/reported", body=payload)

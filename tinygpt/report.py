@@ -27,6 +27,7 @@ from .train import Callbacks, OverfitWatch, Sample, StepMetrics, TrainConfig
 
 BATCH_ITEMS = 500  # lines per request: ~100 KB, well under the dashboard's request cap
 POLL_SEC = 1.0  # an idle sender asks the dashboard this often (heartbeat; a cancel is seen within it)
+SEND_EVERY_SEC = 0.5  # at most this many sends a second while training: rows logged meanwhile share a request
 MAX_BACKOFF_SEC = 15.0
 CHECKPOINT_MODES = ("end", "best", "none")
 
@@ -184,6 +185,7 @@ class Sender:
     def serve(self) -> None:
         backoff = POLL_SEC
         while not self.stop.is_set() and self.gave_up is None:
+            started = time.monotonic()
             try:
                 sent = self.send_once()
                 self.reconnected()
@@ -196,6 +198,8 @@ class Sender:
             except DashboardError as exc:
                 self.give_up(str(exc))
                 return
+            # gather what the trainer logs for a moment (one request for many rows), then wait for more
+            self.stop.wait(max(0.0, SEND_EVERY_SEC - (time.monotonic() - started)))
             self.wake.wait(backoff if self.unreachable_since else POLL_SEC)
             self.wake.clear()
 
@@ -260,6 +264,7 @@ class Reporter(Callbacks):
         self.sender = sender
         self.checkpoints = checkpoints
         self.overfit = OverfitWatch()
+        self.last_eval: StepMetrics | None = None
 
     def add(self, kind: str, data: dict) -> None:
         self.journal.append(kind, data)
@@ -273,6 +278,7 @@ class Reporter(Callbacks):
         self.add("metric", asdict(metrics))
 
     def on_eval(self, metrics: StepMetrics) -> None:
+        self.last_eval = metrics
         if self.overfit.update(metrics.step, metrics.val_loss):
             o = self.overfit
             self.add("alert", {"kind": "overfitting", "message": f"overfitting since step {o.since}: validation loss "
@@ -283,7 +289,12 @@ class Reporter(Callbacks):
         self.add("sample", asdict(sample))
 
     def on_checkpoint(self, path: Path, kind: str) -> None:
-        if kind == "best" and self.checkpoints == "best":
+        if kind != "best" or self.last_eval is None:
+            return
+        where = "uploading it" if self.checkpoints == "best" else f"kept in {path.parent} until the end"
+        self.add("log", {"message": f"new best at step {self.last_eval.step} (val {self.last_eval.val_loss:.4f}): "
+                                    f"best.pt written, {where}"})
+        if self.checkpoints == "best":
             self.add("checkpoint", {"file": path.name})
 
     def should_stop(self) -> bool:

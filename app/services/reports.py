@@ -103,6 +103,8 @@ def apply_item(session: Session, run: Run, item: ReportItem, settings: Settings)
     elif item.kind == "metric":
         record_metric(session, run, data.model_dump())
         run.progress_at = utcnow()
+        if data.val_loss is not None and (run.best_val_loss is None or data.val_loss < run.best_val_loss):
+            run.best_val_loss, run.best_step = data.val_loss, data.step  # live in the list; the upload confirms
     elif item.kind == "sample":
         record_sample(session, run.id, data.model_dump())
     elif item.kind == "log":
