@@ -484,6 +484,16 @@ class MetricPublic(MetricBase):
     pass
 
 
+class MetricColumns(SQLModel):
+    """A run's metrics as one list per field (``GET /api/runs/{id}/metrics?format=columns``)."""
+
+    run_id: int
+    rows: int = Field(description="rows in the step range (before thinning)")
+    downsampled: bool
+    last_event_id: int = Field(description="the run's newest event when this was read: stream from there")
+    columns: dict[str, list[float | int | None]]
+
+
 SampleBase = library_record("SampleBase", TrainSample, prompt=Text, text=Text)
 
 

@@ -137,6 +137,10 @@ def report_section(rp: dict) -> list[str]:
         f"**Reported / not: {rp['ratio']:.3f}**, the median of the pairs' ratios"
         f" ({', '.join(f'{r:.3f}' for r in rp.get('round_ratios', []))}; goal: at least 0.98). The trainer only"
         " appends a line to its journal; a thread sends what gathered every 0.5 s over one kept-alive connection.",
+        "Read with care: on this shared 2-core VM a single 300-step run moves by 10-20% from one run to the next"
+        " (the pairs above), more than reporting costs, so the figure says \"no cost this machine can resolve\""
+        " rather than an exact ratio. An earlier version that sent a request for every row (a new connection"
+        " each) measured 0.89 here.",
         "",
         f"A metrics row from the trainer's journal to the run's event stream (what the page reads), {lat['rows']}"
         f" rows: p50 {lat['p50_ms']} ms, **p95 {lat['p95_ms']} ms** (goal: under 1 s), max {lat['max_ms']} ms.",

@@ -21,8 +21,18 @@ from starlette.concurrency import run_in_threadpool
 from ..db import get_engine
 from ..deps import RunId, SessionDep, SettingsDep
 from ..errors import Invalid
-from ..models import MetricPublic, RunCreate, RunPublic, RunsPage, RunStatus, RunUpdate, SamplePublic
+from ..models import (
+    MetricColumns,
+    MetricPublic,
+    RunCreate,
+    RunPublic,
+    RunsPage,
+    RunStatus,
+    RunUpdate,
+    SamplePublic,
+)
 from ..services import runs as svc
+from ..services.metric_history import metric_columns
 from ..services.sampling import SampleRequest, neighbours, stream_sample
 from ..settings import Settings
 
@@ -73,10 +83,23 @@ def cancel_run(run_id: RunId, session: SessionDep, settings: SettingsDep) -> Run
     return RunPublic.of(svc.cancel_run(session, run_id=run_id, settings=settings))
 
 
-@router.get("/{run_id}/metrics", response_model=list[MetricPublic],
+@router.get("/{run_id}/metrics", response_model=list[MetricPublic] | MetricColumns,
             responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}}}})
-async def get_metrics(run_id: RunId, session: SessionDep, format: Annotated[str, Query(pattern="^(json|csv)$")] = "json"):  # noqa: ANN201
-    metrics = svc.run_metrics(session, run_id=run_id)
+async def get_metrics(  # noqa: ANN201
+    run_id: RunId, session: SessionDep,
+    format: Annotated[str, Query(pattern="^(json|csv|columns)$", description="json: a list of rows; csv; columns: "
+                                 "one list per field (compact), with the run's last event id")] = "json",
+    from_step: Annotated[int | None, Query(ge=0, le=2**62, description="rows from this step on")] = None,
+    to_step: Annotated[int | None, Query(ge=0, le=2**62, description="rows up to this step")] = None,
+    max_points: Annotated[int | None, Query(ge=10, le=100_000, description="columns only: at most about this many "
+                                            "rows, thinned per step range (lowest and highest train loss of each; "
+                                            "every evaluation kept); absent: every row")] = None,
+):
+    """A run's metrics rows, ordered by step. Charts read ``format=columns&max_points=N`` (``GET
+    /api/runs/{id}/events`` after its ``last_event_id`` for what comes next); zooming in reads a step range."""
+    if format == "columns":
+        return metric_columns(session, run_id=run_id, from_step=from_step, to_step=to_step, max_points=max_points)
+    metrics = svc.run_metrics(session, run_id=run_id, from_step=from_step, to_step=to_step)
     if format == "csv":
         return Response(svc.metrics_csv(metrics), media_type="text/csv",
                         headers={"Content-Disposition": f'attachment; filename="run-{run_id}-metrics.csv"'})

@@ -40,6 +40,39 @@ window.TG = (() => {
   // Tick labels for small numbers such as learning rates: 5e-4, not a rounded "0.001" twice.
   const scientific = (u, splits) => splits.map((v) => (v === 0 ? "0" : v.toExponential(Math.abs(v) >= 1e-2 ? 2 : 1).replace(/\.0+e/, "e")));
 
+  // Large numbers in SI form (950, 12k, 1.5M, 2.25B): with as many digits as it takes to tell the ticks apart.
+  function si(v, digits = 3) {
+    const a = Math.abs(v);
+    for (const [div, suffix] of [[1e12, "T"], [1e9, "B"], [1e6, "M"], [1e3, "k"]]) {
+      if (a >= div) return `${+(v / div).toPrecision(digits)}${suffix}`;
+    }
+    return `${+v.toPrecision(Math.max(digits, 1))}`;
+  }
+  const distinct = (labels) => new Set(labels).size === labels.length;
+  function siValues(u, splits) {
+    for (let digits = 3; digits < 9; digits++) {
+      const labels = splits.map((v) => si(v, digits));
+      if (distinct(labels)) return labels;
+    }
+    return splits.map((v) => si(v, 9));
+  }
+  // Seconds of training time: 45s, 12:30 (minutes:seconds), 3:05h (hours:minutes).
+  function duration(v) {
+    const s = Math.round(v);
+    const two = (n) => String(n).padStart(2, "0");
+    if (Math.abs(s) < 60) return `${s}s`;
+    if (Math.abs(s) < 3600) return `${Math.floor(s / 60)}:${two(s % 60)}`;
+    return `${Math.floor(s / 3600)}:${two(Math.floor((s % 3600) / 60))}h`;
+  }
+  const durationValues = (u, splits) => splits.map(duration);
+  // Tick steps for a time axis, in seconds: round minutes and hours, never 1:06.
+  const durationIncrs = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
+    172800, 604800, 1209600, 2592000];
+  // What the x axis of a metrics chart shows for each choice of the x-axis select.
+  function xAxisFor(key) {
+    return key === "elapsed_sec" ? { values: durationValues, incrs: durationIncrs } : { values: siValues };
+  }
+
   const palette = ["#0b6bcb", "#d4380d", "#389e0d", "#9254de", "#d48806", "#08979c", "#c41d7f", "#595959"];
   const textColor = () => getComputedStyle(document.body).color;
 
@@ -47,10 +80,11 @@ window.TG = (() => {
     const width = Math.max(260, el.clientWidth || 600);
     const height = el.classList.contains("small") ? 180 : 320;
     const axis = { stroke: textColor(), size: 64, grid: { stroke: "rgba(128,128,128,0.18)" }, ticks: { stroke: "rgba(128,128,128,0.3)" } };
+    const xAxis = { ...axis, space: 70, label: opts && opts.xLabel, ...(opts && opts.xSplits ? { splits: opts.xSplits } : {}), ...((opts && opts.xAxis) || {}) };
     const config = {
       width, height,
       scales: { x: { time: false }, y: { distr: opts && opts.log ? 3 : 1 }, ...(opts && opts.scales) },
-      axes: [{ ...axis, label: opts && opts.xLabel, ...(opts && opts.xSplits ? { splits: opts.xSplits } : {}) }, { ...axis, label: opts && opts.yLabel, ...(opts && opts.yValues ? { values: opts.yValues } : {}) }, ...((opts && opts.extraAxes) || []).map((a) => ({ ...axis, ...a }))],
+      axes: [xAxis, { ...axis, label: opts && opts.yLabel, ...(opts && opts.yValues ? { values: opts.yValues } : {}) }, ...((opts && opts.extraAxes) || []).map((a) => ({ ...axis, ...a }))],
       series: [{ label: (opts && opts.xLabel) || "x" }, ...series],
       cursor: { drag: { x: true, y: false } },
     };
@@ -70,5 +104,6 @@ window.TG = (() => {
     };
   }
 
-  return { readJSON, url, smooth, downsampleIndices, chart, palette, throttle, scientific };
+  return { readJSON, url, smooth, downsampleIndices, chart, palette, throttle, scientific, si, siValues, duration,
+    durationValues, xAxisFor };
 })();

@@ -20,7 +20,8 @@ function setupCompare() {
     });
     const data = uPlot.join(tables);
     plot = TG.chart(el, series, { xLabel: document.getElementById("x-axis").selectedOptions[0].textContent,
-                                   yLabel: "loss", log: document.getElementById("log-scale").checked });
+                                   xAxis: TG.xAxisFor(xKey), yLabel: "loss",
+                                   log: document.getElementById("log-scale").checked });
     plot.setData(data);
   }
   document.getElementById("x-axis").addEventListener("change", build);

@@ -10,21 +10,23 @@ function setupRunPage() {
   window.runState = state; // for tests and the curious
 
   // -- charts -------------------------------------------------------------------------------
-  let charts = {};
+  const charts = {};
+  state.charts = charts; // the tests read the drawn tick labels
   function buildCharts() {
     for (const c of Object.values(charts)) c.destroy();
     for (const id of ["loss-chart", "tps-chart", "mem-chart", "lr-chart"]) $(id).innerHTML = "";
     const xLabel = $("x-axis").selectedOptions[0].textContent;
+    const xAxis = TG.xAxisFor($("x-axis").value);
     const log = $("log-scale").checked;
     charts.loss = TG.chart($("loss-chart"), [
       { label: "train", stroke: TG.palette[0], width: 1.5 },
       { label: "val", stroke: TG.palette[1], width: 2, spanGaps: true, points: { show: true, size: 5 } },
       { label: "gap (val − train)", stroke: TG.palette[4], fill: "rgba(212,136,6,0.15)", scale: "gap", spanGaps: true },
       { label: "best val", stroke: TG.palette[2], width: 0, points: { show: true, size: 11, fill: TG.palette[2] } },
-    ], { xLabel, yLabel: "loss", log, scales: { gap: {} }, extraAxes: [{ scale: "gap", side: 1, label: "gap" }] });
-    charts.tps = TG.chart($("tps-chart"), [{ label: "tok/s", stroke: TG.palette[3] }], { xLabel });
-    charts.mem = TG.chart($("mem-chart"), [{ label: "MiB", stroke: TG.palette[5] }], { xLabel });
-    charts.lr = TG.chart($("lr-chart"), [{ label: "lr", stroke: TG.palette[6] }], { xLabel, yValues: TG.scientific });
+    ], { xLabel, xAxis, yLabel: "loss", log, scales: { gap: {} }, extraAxes: [{ scale: "gap", side: 1, label: "gap" }] });
+    charts.tps = TG.chart($("tps-chart"), [{ label: "tok/s", stroke: TG.palette[3] }], { xLabel, xAxis, yValues: TG.siValues });
+    charts.mem = TG.chart($("mem-chart"), [{ label: "MiB", stroke: TG.palette[5] }], { xLabel, xAxis, yValues: TG.siValues });
+    charts.lr = TG.chart($("lr-chart"), [{ label: "lr", stroke: TG.palette[6] }], { xLabel, xAxis, yValues: TG.scientific });
     draw();
   }
 

@@ -28,7 +28,7 @@
         dash: t.status === "pruned" ? [4, 4] : undefined,
         spanGaps: true,
       }));
-      plot = TG.chart(el, series, { xLabel: "step", yLabel: "val loss" });
+      plot = TG.chart(el, series, { xLabel: "step", xAxis: TG.xAxisFor("step"), yLabel: "val loss" });
       plotKey = key;
     }
     plot.setData([steps, ...trials.map((t) => steps.map((s) => curves.get(t.run_id).get(s) ?? null))]);
