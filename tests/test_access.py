@@ -21,7 +21,7 @@ TOKEN = "access-test-token-0123456789"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 OPEN = {"/healthz", "/login", "/logout"}
 PRIVATE_FILES = {"/api/runs/{run_id}/checkpoint"}
-QUERY = {"/api/compare": "ids={run},{run}", "/compare": "ids={run},{run}", "/api/runs/{run_id}/neighbors": "word=%20the"}
+QUERY = {"/api/compare": "ids={run},{run}", "/api/export": "ids={run}", "/compare": "ids={run},{run}", "/api/runs/{run_id}/neighbors": "word=%20the"}
 SWEEP = 1  # the site's one sweep (its trials stay queued)
 SWEEP_BODY = {"method": "grid", "parameters": {"lr": {"values": [0.01]}},
               "base": {"preset": "tiny", "device": "cpu", "steps": 2}}

@@ -71,6 +71,7 @@ def assert_told_once(receiver: Receiver, events: list[dict]) -> None:
     assert got
 
 
+@pytest.mark.slow  # 22 s on 2 cores; the guard itself stays in the default suite (tests/test_guards.py)
 def test_a_diverging_run_fails_naming_its_step_and_keeps_its_best_checkpoint(service, receiver):
     home, app, _ = service
     with client(app) as c:
@@ -118,6 +119,7 @@ def job_pid(home, run_id: int) -> int:
         return db.execute("select pid from runs where id = ?", (run_id,)).fetchone()[0]
 
 
+@pytest.mark.slow  # 11 s on 2 cores (a SIGSTOP held past the stall limit)
 def test_a_stopped_job_shows_as_stalled_and_clears_when_it_moves_again(service, receiver):
     home, app, _ = service
     with client(app) as c:

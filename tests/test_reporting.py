@@ -41,9 +41,9 @@ TRAIN = ["--preset", "tiny", "--batch-size", "2", "--eval-batches", "2", "--samp
 
 
 @pytest.fixture(scope="module")
-def dashboard(tmp_path_factory, slice_path, warm_cache):
+def dashboard(tmp_path_factory, slice_path, warm_cache, database_slow_pg):
     home = make_home(tmp_path_factory.mktemp("report"), slice_path, warm_cache, TINYGPT_API_TOKEN=TOKEN,
-                     TINYGPT_MAX_CHECKPOINT_MB="5")
+                     TINYGPT_MAX_CHECKPOINT_MB="5", **database_slow_pg)
     app = AppServer(home)
     yield home, app
     app.stop()

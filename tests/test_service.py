@@ -149,6 +149,7 @@ def test_sample_streams_tokens_from_the_best_checkpoint(shared):
         assert bad.status_code == 422 and "not one" in bad.text
 
 
+@pytest.mark.slow  # 15 s on 2 cores; the comparison's figures stay in the default suite (tests/test_reporting.py)
 def test_compare_two_runs_of_the_same_seed(shared):
     home, app = shared
     engine_independent(home)

@@ -104,8 +104,8 @@ def after_the_job_started(home: Home, client: httpx.Client, run_id: int, serve: 
 
 
 MOMENTS: list[Callable] = [
-    before_the_job_starts,
-    pytest.param(while_the_job_starts, marks=pytest.mark.slow),  # 21 s each: one moment stays in the default suite
+    pytest.param(before_the_job_starts, marks=pytest.mark.slow),  # 21 s each on 2 cores: all in the slow suite
+    pytest.param(while_the_job_starts, marks=pytest.mark.slow),
     pytest.param(after_the_job_started, marks=pytest.mark.slow),
 ]
 

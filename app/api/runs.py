@@ -37,6 +37,7 @@ from ..services.sampling import SampleRequest, neighbours, stream_sample
 from ..settings import Settings
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
+MAX_STEP = 2**31 - 1  # steps are 32-bit integers in the database
 
 
 @router.post("", status_code=201, response_model=list[RunPublic])
@@ -89,8 +90,8 @@ async def get_metrics(  # noqa: ANN201
     run_id: RunId, session: SessionDep,
     format: Annotated[str, Query(pattern="^(json|csv|columns)$", description="json: a list of rows; csv; columns: "
                                  "one list per field (compact), with the run's last event id")] = "json",
-    from_step: Annotated[int | None, Query(ge=0, le=2**62, description="rows from this step on")] = None,
-    to_step: Annotated[int | None, Query(ge=0, le=2**62, description="rows up to this step")] = None,
+    from_step: Annotated[int | None, Query(ge=0, le=MAX_STEP, description="rows from this step on")] = None,
+    to_step: Annotated[int | None, Query(ge=0, le=MAX_STEP, description="rows up to this step")] = None,
     max_points: Annotated[int | None, Query(ge=10, le=100_000, description="columns only: at most about this many "
                                             "rows, thinned per step range (lowest and highest train loss of each; "
                                             "every evaluation kept); absent: every row")] = None,

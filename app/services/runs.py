@@ -275,7 +275,7 @@ def trainer_is_silent(run: Run, settings: Settings) -> bool:
 def run_metrics(session: Session, *, run_id: int, from_step: int | None = None,
                 to_step: int | None = None) -> list[MetricPublic]:
     params = {"run_id": run_id, "from_step": -1 if from_step is None else from_step,
-              "to_step": 2**62 if to_step is None else to_step}
+              "to_step": 2**31 - 1 if to_step is None else to_step}  # steps are 32-bit in the database
     rows = [MetricPublic.model_validate(r._mapping) for r in session.exec(METRICS_OF_RUN, params=params)]
     if not rows:
         get_run(session, run_id=run_id)  # 404 for an unknown run
