@@ -673,6 +673,8 @@ class BenchmarkPublic(SQLModel):
 
 
 # -- reported and imported runs (tinygpt train --report-to, tinygpt import) ----------------------------
+MAX_INT32 = 2**31 - 1  # steps, parameter counts, journal numbers: 32-bit columns (PostgreSQL's integer)
+MAX_INT62 = 2**62  # token counts: 64-bit columns
 class MetricIn(MetricBase):
     """A metrics row sent by a trainer: finite numbers only (a NaN loss is the trainer's finding, sent as its
     status, never a row)."""
@@ -682,11 +684,14 @@ class MetricIn(MetricBase):
         for name, value in self:
             if isinstance(value, float) and not math.isfinite(value):
                 raise PydanticCustomError("value_error", f"{name} must be a finite number, got {value}")
+        for name, top in (("step", MAX_INT32), ("tokens_seen", MAX_INT62)):  # what the columns hold
+            if not 0 <= getattr(self, name) <= top:
+                raise PydanticCustomError("value_error", f"{name} must be in [0, {top}], got {getattr(self, name)}")
         return self
 
 
 class SampleIn(SQLModel):
-    step: int = Field(ge=0)
+    step: int = Field(ge=0, le=MAX_INT32)
     prompt: str = Field(max_length=2000)
     text: str = Field(max_length=20_000)
 
@@ -722,8 +727,8 @@ class ResolvedIn(SQLModel):
     device: str = Field(max_length=50)
     device_info: dict = Field(default_factory=dict)
     precision: str
-    params: int = Field(ge=0)
-    start_step: int = Field(default=0, ge=0)
+    params: int = Field(ge=0, le=MAX_INT32)
+    start_step: int = Field(default=0, ge=0, le=MAX_INT32)
     resumed: bool = False
 
     @field_validator("precision")
@@ -749,7 +754,7 @@ class EndIn(SQLModel):
 
 
 def report_item(kind: str, data: type) -> type[SQLModel]:
-    return create_model(f"{kind.capitalize()}Item", __base__=SQLModel, seq=(int, Field(ge=1, le=2**62)),
+    return create_model(f"{kind.capitalize()}Item", __base__=SQLModel, seq=(int, Field(ge=1, le=MAX_INT32)),
                         kind=(Literal[kind], ...), data=(data, ...))
 
 
@@ -778,7 +783,7 @@ class RunImport(ReportedRunBase):
 
     device_info: dict = Field(default_factory=dict, description='e.g. {"name": "NVIDIA H200"}')
     precision: str | None = None
-    params: int | None = Field(default=None, ge=0)
+    params: int | None = Field(default=None, ge=0, le=MAX_INT32)
     status: Literal[RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled] = RunStatus.succeeded
     error: str | None = Field(default=None, max_length=5000)
     metrics: list[MetricIn] = Field(min_length=1, max_length=1_000_000)

@@ -168,9 +168,9 @@ def test_bad_webhook_urls_are_refused_naming_them(service, tmp_path):
 
 
 @pytest.mark.slow  # 60 s on 2 cores: two apps and two workers in turn, a receiver answering 503 three times
-def test_each_alert_is_sent_once_across_restarts_and_a_dead_receiver_costs_nothing(tmp_path, slice_path, warm_cache,
-                                                                                   receiver):
+def test_each_alert_is_sent_once_across_restarts_and_a_dead_receiver_costs_nothing(tmp_path, slice_path, warm_cache):
     """Alerts pending while their worker stops are sent once by the next; nothing sent is sent again."""
+    receiver = Receiver()  # its own: the module's receiver also hears the other tests' runs, whose ids are these
     dead = f"http://127.0.0.1:{free_port()}/nobody-listens"
     home = make_home(tmp_path, slice_path, warm_cache, TINYGPT_WEBHOOK_URLS=json.dumps([f"{receiver.url}/restart"]))
     app, worker = AppServer(home), Worker(home, "first")
@@ -197,3 +197,4 @@ def test_each_alert_is_sent_once_across_restarts_and_a_dead_receiver_costs_nothi
     finally:
         worker.stop()
         app.stop()
+        receiver.stop()

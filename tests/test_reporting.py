@@ -151,6 +151,13 @@ def test_bad_addresses_and_tokens_stop_before_training_and_a_missing_dashboard_i
         assert api_rows(c, run_id) == folder_rows(out)
 
 
+def sqlite_only(home) -> None:  # noqa: ANN001
+    """The long process tests: what they test does not depend on the database (their PostgreSQL run is skipped
+    to keep CI under an hour; the reports' storage is tested on PostgreSQL by the other tests here)."""
+    if "TINYGPT_DATABASE_URL" in home.extra_env:
+        pytest.skip("nothing here depends on the database; the SQLite run covers it")
+
+
 def pending(out: Path) -> int:
     """Journal items the dashboard has not acknowledged."""
     return len((out / "report" / "journal.jsonl").read_text().splitlines()) - report_state(out)["sent_seq"]
@@ -159,6 +166,7 @@ def pending(out: Path) -> int:
 @pytest.mark.slow  # 60 s on 2 cores: 200 steps logged one by one across an app killed and restarted
 def test_an_app_killed_mid_run_loses_no_row_and_duplicates_none(dashboard, slice_path, tmp_path):
     home, _ = dashboard
+    sqlite_only(home)
     app = AppServer(home)  # its own app, killed and restarted on the same port
     port, out = app.port, tmp_path / "restart"
     proc = train(home, out, app.url, "--steps", "200", "--eval-every", "50", "--log-every", "1", slice_path=slice_path)
@@ -185,6 +193,7 @@ def test_an_app_killed_mid_run_loses_no_row_and_duplicates_none(dashboard, slice
 @pytest.mark.slow  # 30 s on 2 cores: a long run cancelled from the API
 def test_cancel_from_the_dashboard_stops_the_trainer_at_a_step(dashboard, slice_path, tmp_path):
     home, app = dashboard
+    sqlite_only(home)
     out = tmp_path / "cancelled"
     proc = train(home, out, app.url, "--steps", "100000", "--eval-every", "1000", slice_path=slice_path)
     with client(app) as c:

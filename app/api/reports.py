@@ -44,7 +44,7 @@ def report(run_id: RunId, body: ReportBatch, session: SessionDep, settings: Sett
             openapi_extra={"requestBody": {"required": True, "content": {
                 "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
 async def upload_checkpoint(run_id: RunId, request: Request, settings: SettingsDep,
-                            seq: Annotated[int | None, Query(ge=1, le=2**62, description="its journal item")] = None
+                            seq: Annotated[int | None, Query(ge=1, le=2**31 - 1, description="its journal item")] = None
                             ) -> ReportAck:
     """A reported or imported run's best checkpoint, streamed (at most ``TINYGPT_MAX_CHECKPOINT_MB``).
     It is kept only if it is a checkpoint this dashboard can load: read with ``weights_only`` (never
