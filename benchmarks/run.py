@@ -3,7 +3,7 @@
 Every figure is a ratio of two things measured side by side in this one run, on
 this machine; absolute numbers are printed for context only.
 
-    python -m benchmarks.run [--only tokenizer,train,sample,service,dashboard,load,sweep,alerts,report] [--out BENCHMARKS.md]
+    python -m benchmarks.run [--only tokenizer,train,sample,service,dashboard,load,sweep,alerts,report,history] [--out BENCHMARKS.md]
 
 Results are also kept in benchmarks/results.json; a run with --only replaces those suites'
 results and keeps the others (each suite's ratios are measured within its own run).
@@ -21,6 +21,7 @@ from tinygpt.device import cpu_summary
 from . import (
     bench_alerts,
     bench_dashboard,
+    bench_history,
     bench_load,
     bench_report,
     bench_sample,
@@ -43,6 +44,7 @@ SUITES = {
     "sweep": bench_sweep.run,
     "alerts": bench_alerts.run,
     "report": bench_report.run,
+    "history": bench_history.run,
 }
 
 
@@ -146,6 +148,32 @@ def report_section(rp: dict) -> list[str]:
         f" rows: p50 {lat['p50_ms']} ms, **p95 {lat['p95_ms']} ms** (goal: under 1 s), max {lat['max_ms']} ms.",
         "",
     ]
+
+
+def history_section(hi: dict) -> list[str]:
+    """Long runs: page and API times by logged rows, bytes per row (the baseline of issue 20)."""
+    lines = [
+        "## Long runs: opening a run's history (baseline, before the history request is used by the pages)",
+        "",
+        "A finished run with N logged rows written as a job writes them (a row and its event each). Page: Chromium",
+        "opens the run page, until it holds every row and shows the last step (the page still replays the run's",
+        "events). API: every row as JSON, and `format=columns&max_points=2000` (thinned in the database).",
+        "",
+        "| rows | run page s | metrics JSON s | columns, 2,000 points s | database bytes per row |",
+        "|---|---|---|---|---|",
+    ]
+    for n, r in hi["sizes"].items():
+        lines.append(f"| {int(n):,} | {r['page_s']} | {r['metrics_json_s']} | {r['columns_2000_s']} |"
+                     f" {r['db_bytes_per_row']:,} |")
+    lines += [
+        "",
+        f"The columns request over a run of 1,000,000 rows (rows only): {hi['columns_2000_s_1m_rows']} s. The run"
+        f" list's first page with 10,000 runs in the database: {hi['run_list_s_10k_runs']} s. Goals of issue 20"
+        " (1,000,000 rows open in 2 s, 100,000 in 1 s, one stored copy a row) are not met yet: the page must read"
+        " the columns request and the outbox keep a window (issue 20, open).",
+        "",
+    ]
+    return lines
 
 
 def render(results: dict, machine_line: str, cpu_line: str, date: str) -> str:
@@ -337,6 +365,8 @@ def render(results: dict, machine_line: str, cpu_line: str, date: str) -> str:
         lines += alerts_section(al)
     if rp := results.get("report"):
         lines += report_section(rp)
+    if hi := results.get("history"):
+        lines += history_section(hi)
     lines += [
         "## Notes",
         "",
