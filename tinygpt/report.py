@@ -153,8 +153,7 @@ class Sender:
         batch = self.journal.read(state["sent_offset"], BATCH_ITEMS)
         checkpoint_at = next((i for i, (item, _) in enumerate(batch) if item["kind"] == "checkpoint"), None)
         if checkpoint_at == 0:  # a checkpoint goes alone, as a file upload that carries its number
-            item, offset = batch[0]
-            answer = self.upload(run_id, item)
+            answer = self.upload(run_id, batch[0][0])
             batch = batch[:1]
         else:
             batch = batch[:checkpoint_at]
@@ -340,4 +339,4 @@ def sync_run(run_dir: Path, *, url: str | None, token: str | None, on_progress: 
         journal.save_state()
     sender = Sender(journal, client, warn=False)
     sent = sender.send_all(on_progress)
-    return journal.state["run_id"] or sender.ensure_run(), sent
+    return sender.ensure_run(), sent

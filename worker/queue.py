@@ -9,12 +9,12 @@ locks and serialises writers, this is what decides): exactly one worker takes ea
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy import update
 from sqlmodel import Session, col, select
 
-from app.models import EventType, Run, RunOrigin, RunStatus, utcnow
+from app.models import EventType, Run, RunOrigin, RunStatus, as_utc, utcnow
 from app.services.alerts import end_run
 from app.services.events import record_event
 from app.services.runs import run_summary, set_status
@@ -93,7 +93,3 @@ def reap_dead_runs(session: Session, *, worker: str, own: bool, settings: Settin
     session.commit()
     return reaped
 
-
-def as_utc(moment: datetime) -> datetime:
-    """SQLite hands datetimes back without their zone; they were written in UTC."""
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

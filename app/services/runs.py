@@ -7,7 +7,6 @@ import io
 import os
 import statistics
 import uuid
-from datetime import UTC
 from functools import lru_cache
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from ..models import (
     RunUpdate,
     Sample,
     SamplePublic,
+    as_utc,
     library_config,
     utcnow,
 )
@@ -268,8 +268,7 @@ def trainer_is_silent(run: Run, settings: Settings) -> bool:
     to stop, so a cancel ends it at once (a trainer that comes back is told it was cancelled)."""
     if run.origin != RunOrigin.reported or run.heartbeat_at is None:
         return False
-    beat = run.heartbeat_at if run.heartbeat_at.tzinfo else run.heartbeat_at.replace(tzinfo=UTC)
-    return (utcnow() - beat).total_seconds() > settings.stale_after_sec
+    return (utcnow() - as_utc(run.heartbeat_at)).total_seconds() > settings.stale_after_sec
 
 
 def run_metrics(session: Session, *, run_id: int, from_step: int | None = None,
