@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import math
 import threading
@@ -35,6 +37,7 @@ from .security import (
 )
 from .services.datasets import ensure_builtin
 from .services.hub import EventHub
+from .services.outbox import compact_forever
 from .settings import Settings, get_settings
 from .templating import render
 
@@ -53,9 +56,13 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
         app.state.settings = settings
         app.state.hub = EventHub(settings)
         app.state.hub.start()
+        compaction = asyncio.create_task(compact_forever(settings))  # the event outbox stays bounded
         warming = threading.Thread(target=warm_up, name="warm-up")
         warming.start()
         yield
+        compaction.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await compaction
         await app.state.hub.stop()
         # never leave torch working in a thread while the interpreter exits: its thread pool is then
         # destroyed under it and the process aborts ("terminate called without an active exception")

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, Union, get_type_hints
 
 from pydantic import AfterValidator, ValidationInfo, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
-from sqlalchemy import JSON, BigInteger, Column, Index, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, Index, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 from tinygpt.device import check_device_name, check_precision_name
@@ -233,6 +233,8 @@ class Run(SQLModel, table=True):
     origin: str = Field(default=RunOrigin.dashboard)
     report_id: str | None = Field(default=None, unique=True, index=True)  # a reported run's id on its trainer's side
     report_seq: int = 0  # a reported run: the last journal item applied (each is applied once)
+    events_trimmed_to: int = 0  # the newest of its ``metric`` events deleted from the outbox (0: none yet)
+    tokens_per_sec: float | None = None  # the median over its rows, stored when it finishes (runs.run_rate)
 
 
 class RunWorkerPublic(SQLModel):
@@ -479,7 +481,10 @@ MetricBase = library_record("MetricBase", StepMetrics, tokens_seen=BigInteger)
 
 class Metric(MetricBase, table=True):
     __tablename__ = "metrics"
-    __table_args__ = (Index("ix_metrics_run_step", "run_id", "step"),)
+    # the evaluation rows have their own (partial) index: a chart keeps every one of them, read without a scan
+    __table_args__ = (Index("ix_metrics_run_step", "run_id", "step"),
+                      Index("ix_metrics_run_eval_step", "run_id", "step", sqlite_where=text("val_loss IS NOT NULL"),
+                            postgresql_where=text("val_loss IS NOT NULL")))
 
     id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="runs.id", ondelete="CASCADE")
@@ -487,6 +492,23 @@ class Metric(MetricBase, table=True):
 
 class MetricPublic(MetricBase):
     pass
+
+
+class MetricBlock(SQLModel, table=True):
+    """The steps of one run in one block of ``BLOCK_STEPS[level]`` steps, summed up: their count, first and last
+    step, lowest and highest training loss. Kept as rows are written (``app/services/metric_blocks.py``), so a
+    thinned chart of a million rows reads a few thousand blocks instead of every row."""
+
+    __tablename__ = "metric_blocks"
+
+    run_id: int = Field(foreign_key="runs.id", primary_key=True, ondelete="CASCADE")
+    level: int = Field(primary_key=True)
+    block: int = Field(primary_key=True)  # step // BLOCK_STEPS[level]
+    first_step: int
+    last_step: int
+    rows: int
+    min_train_loss: float | None = None
+    max_train_loss: float | None = None
 
 
 class MetricColumns(SQLModel):
@@ -557,7 +579,9 @@ class Event(SQLModel, table=True):
 
     __tablename__ = "events"
     # event ids only ever grow (Last-Event-ID relies on it), even after the newest events are deleted
-    __table_args__ = (Index("ix_events_run_id_id", "run_id", "id"), {"sqlite_autoincrement": True})
+    __table_args__ = (Index("ix_events_run_id_id", "run_id", "id"),
+                      Index("ix_events_type_created_at", "type", "created_at"),  # the outbox's compaction
+                      {"sqlite_autoincrement": True})
 
     id: int | None = Field(default=None, primary_key=True)
     run_id: int | None = Field(default=None)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import statistics
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field, ValidationError
-from sqlmodel import col, select
 from starlette.concurrency import run_in_threadpool
 
 from tinygpt.options import GROUPS, Option
@@ -16,11 +14,12 @@ from tinygpt.presets import PRESETS, list_presets
 
 from .deps import RunId, SessionDep, SettingsDep
 from .errors import AppError
-from .models import TRAINING_OPTIONS, Alert, BenchmarkCreate, Metric, RunCreate, RunKind, RunPublic, RunStatus
+from .models import TRAINING_OPTIONS, Alert, BenchmarkCreate, RunCreate, RunKind, RunPublic, RunStatus
 from .services import benchmarks as bench_svc
 from .services import datasets as ds_svc
 from .services import runs as svc
 from .services.events import last_run_event_id
+from .services.metric_history import metric_columns
 from .settings import Settings
 from .templating import app_url, render
 
@@ -57,15 +56,9 @@ def form_field(spec: Option, max_steps: int) -> dict:
 
 
 def median_rates(session: SessionDep, run_ids: list[int]) -> dict[int, float]:
-    if not run_ids:
-        return {}
-    rows = session.exec(
-        select(Metric.run_id, Metric.tokens_per_sec).where(col(Metric.run_id).in_(run_ids), Metric.tokens_per_sec > 0)
-    ).all()
-    by_run: dict[int, list[float]] = {}
-    for run_id, rate in rows:
-        by_run.setdefault(run_id, []).append(rate)
-    return {k: statistics.median(v) for k, v in by_run.items()}
+    """The median tokens/s of each run (the runs are in the session already: no query for a finished one)."""
+    rates = {run_id: svc.run_rate(session, svc.get_run(session, run_id=run_id)) for run_id in run_ids}
+    return {run_id: rate for run_id, rate in rates.items() if rate is not None}
 
 
 RUNS_PER_PAGE = 50
@@ -224,6 +217,9 @@ def config_rows(run: RunPublic) -> list[tuple[str, str]]:
     return [*rows, ("device", device)]
 
 
+COMPARE_POINTS = 2000  # rows a compared run's curve is thinned to (about two a pixel column)
+
+
 @router.get("/compare", response_class=HTMLResponse)
 def compare_page(request: Request, session: SessionDep, ids: Annotated[list[str] | None, Query()] = None) -> HTMLResponse:
     raw = ",".join(ids or [])
@@ -235,9 +231,10 @@ def compare_page(request: Request, session: SessionDep, ids: Annotated[list[str]
     if run_ids and not error:
         try:
             result = svc.compare_runs(session, ids=run_ids)
-            for summary in result["runs"]:
-                summary["metrics"] = [m.model_dump(include={"step", "train_loss", "val_loss", "tokens_seen", "elapsed_sec"})
-                                      for m in svc.run_metrics(session, run_id=summary["id"])]
+            for summary in result["runs"]:  # each curve thinned in the database, every evaluation kept
+                history = metric_columns(session, run_id=summary["id"], max_points=COMPARE_POINTS)["columns"]
+                summary["history"] = {k: history[k] for k in ("step", "train_loss", "val_loss", "tokens_seen",
+                                                              "elapsed_sec")}
         except AppError as exc:
             error = exc.message
     return render(request, "compare.html", nav="compare", result=result, error=error, ids_text=",".join(map(str, run_ids)))

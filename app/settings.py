@@ -77,6 +77,9 @@ class Settings(BaseSettings):
                                    "10 times its median step time if longer, is marked stalled")
     event_poll_sec: float = Field(default=0.1, description="how often event streams look for new events")
     keepalive_sec: float = Field(default=15.0, description="comment keep-alive interval on event streams")
+    event_window_sec: float = Field(default=60.0, ge=1, le=86_400, description="how long a run's metric events stay "
+                                    "in the event outbox for pages that reconnect; older rows are read from its "
+                                    "metrics history")
 
     @field_validator("root_path")
     @classmethod

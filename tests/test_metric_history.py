@@ -86,7 +86,9 @@ def test_axis_labels_read_and_never_overlap(long_run, browser, width):
     page = open_page(browser)
     page.set_viewport_size({"width": width, "height": 900})
     page.goto(f"{app.url}/runs/{run_id}")
-    page.wait_for_function(f"window.runState.rows.length === {ROWS}", timeout=60_000)
+    page.wait_for_function(f"window.runState && window.runState.loaded && "
+                           f"document.getElementById('progress-text').textContent.startsWith('{ROWS - 1} ')",
+                           timeout=60_000)
     for key, label in [("tokens_seen", r"^\d+(\.\d+)?[kMB]?$"), ("elapsed_sec", r"^(\d+s|\d+:\d\d|\d+:\d\dh)$"),
                        ("step", r"^\d+(\.\d+)?k?$")]:
         page.select_option("#x-axis", key)

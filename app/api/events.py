@@ -11,7 +11,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Header, Query, Request
 from sqlmodel import Session
 from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
@@ -21,7 +21,13 @@ from ..db import get_engine
 from ..deps import RunId, SweepId
 from ..errors import TooManyRequests
 from ..models import FINISHED, SWEEP_ENDED, Event, EventType
-from ..services.events import RUN_LIST_TYPES, list_events_after, run_events_after, sweep_events_after
+from ..services.events import (
+    RUN_LIST_TYPES,
+    list_events_after,
+    run_events_after,
+    sweep_events_after,
+    trimmed_beyond,
+)
 from ..services.runs import get_run
 from ..services.sweeps import get_sweep
 from ..settings import Settings
@@ -60,10 +66,12 @@ def sweep_ended(event: Event) -> bool:
 
 async def stream(
     request: Request, fetch: Callable[[int], list[Event]], keep: Callable[[Event], bool], last_id: int,
-    ends: Callable[[Event], bool] | None,
+    ends: Callable[[Event], bool] | None, gap: Callable[[int], int | None] | None = None,
 ) -> AsyncIterator[dict]:
     """Events after ``last_id``: from the database to catch up, then from the hub's memory; an
     ``end`` event after the one that ``ends`` recognises (a stream without ``ends`` never ends).
+    ``gap``, asked after each read from the database, says whether events after the cursor were deleted
+    (a trimmed outbox): then the stream sends ``gap`` and ends, and the client reads the history again.
 
     ``cursor`` is the id up to which every matching event has been sent; it moves past other
     runs' events too, so a quiet run's stream does not fall back to the database.
@@ -78,6 +86,10 @@ async def stream(
             if events is None:
                 events = await run_in_threadpool(fetch, cursor)
                 full_page = len(events) >= DB_PAGE
+                trimmed = gap and await run_in_threadpool(gap, cursor)  # read after the events: never missed
+                if trimmed:
+                    yield {"event": "gap", "data": json.dumps({"trimmed_to": trimmed, "after": cursor})}
+                    return
             else:
                 full_page = False
             finished = False
@@ -150,17 +162,34 @@ def check_run_exists(run_id: RunId, settings: Settings) -> None:
         get_run(s, run_id=run_id)  # 404 for an unknown run
 
 
+def gap_finder(settings: Settings, run_id: int, history: int) -> Callable[[int], int | None]:
+    def gap(cursor: int) -> int | None:
+        with Session(get_engine(settings)) as s:
+            return trimmed_beyond(s, run_id=run_id, after_id=max(cursor, history))
+
+    return gap
+
+
 @router.get("/runs/{run_id}/events")
 async def run_events(
     run_id: RunId, request: Request, last_event_id: Annotated[str | None, Header()] = None, after: int | None = None,
+    history: Annotated[int, Query(ge=0, le=2**63 - 1, description="the `last_event_id` of the metrics history the client holds "
+                                  "(`GET /api/runs/{id}/metrics?format=columns`): no metric event up to it is sent")] = 0,
 ) -> EventSourceResponse:
-    """``status``, ``metric``, ``sample`` and ``log`` events of one run, then ``end`` when it has finished.
+    """``status``, ``metric``, ``sample``, ``log`` (...) events of one run, then ``end`` when it has finished.
 
+    Metric events are kept for a while only (``TINYGPT_EVENT_WINDOW`` of a running run's newest, none of a run
+    finished a minute ago): a page reads the history first and streams from there (``history``). If rows the
+    client has not seen are no longer in the outbox, the stream sends ``gap`` and ends: read the history again,
+    then stream with ``after`` = the last event id received and the new ``history``.
     (No session dependency here: a stream would hold its database connection for as long as it is open.)
     """
-    await run_in_threadpool(check_run_exists, run_id, request.app.state.settings)
-    fetch = fetcher(request.app.state.settings, run_events_after, run_id=run_id)
-    gen = stream(request, fetch, lambda e: e.run_id == run_id, parse_last_id(last_event_id, after), ends=run_ended)
+    settings = request.app.state.settings
+    await run_in_threadpool(check_run_exists, run_id, settings)
+    fetch = fetcher(settings, run_events_after, run_id=run_id, history=history)
+    keep = lambda e: e.run_id == run_id and (e.type != EventType.metric or e.id > history)  # noqa: E731
+    gen = stream(request, fetch, keep, parse_last_id(last_event_id, after), ends=run_ended,
+                 gap=gap_finder(settings, run_id, history))
     return open_stream(request, gen)
 
 

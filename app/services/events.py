@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func
+from sqlalchemy import func, or_
 from sqlmodel import Session, col, select
 
-from ..models import Event, EventType
+from ..models import Event, EventType, Run
 
 RUN_LIST_TYPES = (EventType.created, EventType.status)
 
@@ -18,11 +18,23 @@ def record_event(session: Session, *, run_id: int | None, type: EventType, data:
     return event
 
 
-def run_events_after(session: Session, *, run_id: int, after_id: int, limit: int = 1000) -> list[Event]:
+def run_events_after(session: Session, *, run_id: int, after_id: int, limit: int = 1000,
+                     history: int = 0) -> list[Event]:
+    """The run's events after ``after_id``, but for its metric events up to ``history`` (a page that read its
+    metrics history up to that event has those rows)."""
     stmt = (
-        select(Event).where(Event.run_id == run_id, col(Event.id) > after_id).order_by(col(Event.id)).limit(limit)
+        select(Event).where(Event.run_id == run_id, col(Event.id) > after_id,
+                            or_(col(Event.type) != EventType.metric, col(Event.id) > history))
+        .order_by(col(Event.id)).limit(limit)
     )
     return list(session.exec(stmt))
+
+
+def trimmed_beyond(session: Session, *, run_id: int, after_id: int) -> int | None:
+    """The newest of the run's metric events deleted from the outbox, if it is newer than ``after_id`` (a client
+    there has missed rows the stream can no longer send), else None."""
+    trimmed = session.exec(select(Run.events_trimmed_to).where(Run.id == run_id)).first() or 0
+    return trimmed if trimmed > after_id else None
 
 
 def last_run_event_id(session: Session, *, run_id: int) -> int:

@@ -1,29 +1,27 @@
 """A run's metrics history as columns, whole or thinned for a chart: ``GET /api/runs/{id}/metrics?format=columns``.
 
-Thinning (``max_points``) happens in the database, in one pass over the run's index: the step range is cut
-into ``max_points / 2`` buckets, and each bucket gives its first and last step with the lowest and highest
-training loss in it (the band a pixel column would draw) and the mean of the other columns; every evaluation
-row (with a validation loss) is kept as it is. A chart of a million rows thus reads ~``max_points`` rows.
+Thinning (``max_points``) cuts the step range into ``max_points / 2`` buckets; each bucket gives two rows, its
+first step with the lowest training loss in it and its last step with the highest (the band a pixel column
+would draw), the other fields as logged at those steps; every evaluation row (with a validation loss) is kept as
+it is. The buckets are summed up from the run's block summaries (``metric_blocks``) where they are finer than a
+bucket, so a million rows read a few thousand blocks, not a million rows.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Integer, cast, func
+from sqlalchemy import BigInteger, Integer, cast, func, literal, union_all
 from sqlmodel import Session, col, select
 
-from ..models import Event, Metric
+from ..models import Metric, MetricBlock
+from .events import last_run_event_id
+from .metric_blocks import BLOCK_STEPS, level_for
 from .runs import METRIC_FIELDS, get_run
 
-MEANS = ("lr", "tokens_per_sec", "elapsed_sec", "tokens_seen", "epochs", "peak_mem_mib")
+ROWS_AT_ONCE = 5000  # steps looked up per query (well under any database's limit on parameters)
 
 
-def step_filter(stmt, *, run_id: int, from_step: int | None, to_step: int | None):  # noqa: ANN001, ANN201
-    stmt = stmt.where(Metric.run_id == run_id)
-    if from_step is not None:
-        stmt = stmt.where(col(Metric.step) >= from_step)
-    if to_step is not None:
-        stmt = stmt.where(col(Metric.step) <= to_step)
-    return stmt
+def in_range(stmt, step, *, run_id: int, lo: int, hi: int):  # noqa: ANN001, ANN201
+    return stmt.where(Metric.run_id == run_id, step >= lo, step <= hi)
 
 
 def metric_columns(session: Session, *, run_id: int, from_step: int | None = None, to_step: int | None = None,
@@ -31,41 +29,99 @@ def metric_columns(session: Session, *, run_id: int, from_step: int | None = Non
     """``{"run_id", "rows", "downsampled", "last_event_id", "columns": {field: [...]}}``, ordered by step.
     ``last_event_id``: the run's newest event when the history was read (a page streams from there)."""
     run = get_run(session, run_id=run_id)
-    last_event_id = session.exec(select(func.max(Event.id)).where(Event.run_id == run.id)).one() or 0
-    span = session.exec(step_filter(select(func.count(), func.min(Metric.step), func.max(Metric.step)),
-                                    run_id=run.id, from_step=from_step, to_step=to_step)).one()
-    rows, lo, hi = span
+    last_event_id = last_run_event_id(session, run_id=run.id)
+    lo, hi = step_bounds(session, run_id=run.id, from_step=from_step, to_step=to_step)
+    if lo is None:
+        return result(run.id, 0, False, last_event_id, [])
+    buckets = max(1, (max_points or 0) // 2)
+    level = level_for(hi - lo + 1, buckets)
+    rows = count_rows(session, run_id=run.id, lo=lo, hi=hi, level=level)
     if max_points is None or rows <= max_points:
-        table = [tuple(r) for r in session.exec(step_filter(
-            select(*(col(getattr(Metric, f)) for f in METRIC_FIELDS)), run_id=run.id, from_step=from_step,
-            to_step=to_step).order_by(col(Metric.step), col(Metric.id)))]
-        return result(run.id, rows, False, last_event_id, table)
-    table = thinned(session, run_id=run.id, from_step=from_step, to_step=to_step, lo=lo, hi=hi,
-                    buckets=max(1, max_points // 2))
+        return result(run.id, rows, False, last_event_id, every_row(session, run_id=run.id, lo=lo, hi=hi))
+    table = thinned(session, run_id=run.id, lo=lo, hi=hi, buckets=buckets, level=level)
     return result(run.id, rows, True, last_event_id, table)
 
 
-def thinned(session: Session, *, run_id: int, from_step: int | None, to_step: int | None, lo: int, hi: int,
-            buckets: int) -> list[tuple]:
+def step_bounds(session: Session, *, run_id: int, from_step: int | None, to_step: int | None) -> tuple:
+    """The first and last logged step in the range (two index seeks), or ``(None, None)``."""
+    lo_asked, hi_asked = from_step or 0, 2**31 - 1 if to_step is None else to_step
+    step = col(Metric.step)
+    lo = session.exec(in_range(select(func.min(step)), step, run_id=run_id, lo=lo_asked, hi=hi_asked)).one()
+    hi = session.exec(in_range(select(func.max(step)), step, run_id=run_id, lo=lo_asked, hi=hi_asked)).one()
+    return lo, hi
+
+
+def full_blocks(level: int, lo: int, hi: int) -> tuple[int, int]:
+    """The blocks of ``level`` that lie wholly inside ``[lo, hi]``: first and last (first > last: none)."""
+    size = BLOCK_STEPS[level]
+    return -(-lo // size), (hi + 1) // size - 1
+
+
+def pieces(run_id: int, *, lo: int, hi: int, level: int | None):  # noqa: ANN201
+    """The range as ``(first, last, low, high, rows)`` pieces: the whole blocks of ``level`` in it and the rows
+    at its edges (every row when ``level`` is None)."""
+    step = col(Metric.step)
+    loss = col(Metric.train_loss)
+    labelled = (step.label("first"), step.label("last"), loss.label("low"), loss.label("high"), literal(1).label("rows"))
+    rows_of = lambda a, b: in_range(select(*labelled), step, run_id=run_id, lo=a, hi=b)  # noqa: E731
+    if level is None:
+        return rows_of(lo, hi)
+    first, last = full_blocks(level, lo, hi)
+    size = BLOCK_STEPS[level]
+    if first > last:
+        return rows_of(lo, hi)
+    blocks = select(MetricBlock.first_step, MetricBlock.last_step, MetricBlock.min_train_loss,
+                    MetricBlock.max_train_loss, MetricBlock.rows).where(
+        MetricBlock.run_id == run_id, MetricBlock.level == level, col(MetricBlock.block) >= first,
+        col(MetricBlock.block) <= last)
+    return union_all(blocks, rows_of(lo, first * size - 1), rows_of((last + 1) * size, hi))
+
+
+def count_rows(session: Session, *, run_id: int, lo: int, hi: int, level: int | None) -> int:
+    part = pieces(run_id, lo=lo, hi=hi, level=level).subquery()
+    return int(session.exec(select(func.coalesce(func.sum(part.c[4]), 0))).one())
+
+
+def every_row(session: Session, *, run_id: int, lo: int, hi: int) -> list[tuple]:
+    fields = [col(getattr(Metric, f)) for f in METRIC_FIELDS]
+    stmt = in_range(select(*fields), col(Metric.step), run_id=run_id, lo=lo, hi=hi)
+    return [tuple(r) for r in session.exec(stmt.order_by(col(Metric.step), col(Metric.id)))]
+
+
+def thinned(session: Session, *, run_id: int, lo: int, hi: int, buckets: int, level: int | None) -> list[tuple]:
     """Two rows per bucket (its first step with the lowest train loss, its last with the highest) and every
     evaluation row, merged by step."""
-    step = cast(col(Metric.step), BigInteger)  # a million steps x a thousand buckets: past 32 bits
-    bucket = cast((step - lo) * buckets / (hi - lo + 1), Integer).label("bucket")
-    means = [func.avg(getattr(Metric, f)) for f in MEANS]
-    grouped = session.exec(step_filter(
-        select(func.min(Metric.step), func.max(Metric.step), func.min(Metric.train_loss), func.max(Metric.train_loss),
-               *means), run_id=run_id, from_step=from_step, to_step=to_step).group_by(bucket)).all()
-    evals = session.exec(step_filter(select(*(col(getattr(Metric, f)) for f in METRIC_FIELDS)), run_id=run_id,
-                                     from_step=from_step, to_step=to_step).where(col(Metric.val_loss).is_not(None))).all()
+    part = pieces(run_id, lo=lo, hi=hi, level=level).subquery()
+    first, last, low, high = (part.c[i] for i in range(4))
+    # a million steps x a thousand buckets: past 32 bits
+    bucket = cast((cast(first, BigInteger) - lo) * buckets / (hi - lo + 1), Integer)
+    grouped = session.exec(select(func.min(first), func.max(last), func.min(low), func.max(high))
+                           .group_by(bucket)).all()
+    logged = rows_at(session, run_id=run_id, steps=sorted({s for g in grouped for s in g[:2]}))
+    train = METRIC_FIELDS.index("train_loss")
     by_step: dict[int, tuple] = {}
-    for first, last, low, high, *rest in grouped:
-        extra = dict(zip(MEANS, rest, strict=True))
-        for step, loss in ((first, low), (last, high)):
-            by_step[step] = tuple(loss if f == "train_loss" else None if f == "val_loss" else step if f == "step"
-                                  else extra[f] for f in METRIC_FIELDS)
-    for row in evals:
+    for first_step, last_step, lowest, highest in grouped:
+        for step, loss in ((first_step, lowest), (last_step, highest)):
+            row = list(logged[step])
+            row[train] = loss
+            row[METRIC_FIELDS.index("val_loss")] = None
+            by_step[step] = tuple(row)
+    evals = in_range(select(*(col(getattr(Metric, f)) for f in METRIC_FIELDS)), col(Metric.step), run_id=run_id,
+                     lo=lo, hi=hi).where(col(Metric.val_loss).is_not(None))
+    for row in session.exec(evals):
         by_step[row[0]] = tuple(row)
     return [by_step[s] for s in sorted(by_step)]
+
+
+def rows_at(session: Session, *, run_id: int, steps: list[int]) -> dict[int, tuple]:
+    """The rows logged at these steps, by step (the newest where a step was logged twice)."""
+    fields = [col(getattr(Metric, f)) for f in METRIC_FIELDS]
+    found: dict[int, tuple] = {}
+    for start in range(0, len(steps), ROWS_AT_ONCE):
+        chunk = steps[start : start + ROWS_AT_ONCE]
+        stmt = select(*fields).where(Metric.run_id == run_id, col(Metric.step).in_(chunk)).order_by(col(Metric.id))
+        found.update({r[0]: tuple(r) for r in session.exec(stmt)})
+    return found
 
 
 def result(run_id: int, rows: int, downsampled: bool, last_event_id: int, table: list[tuple]) -> dict:

@@ -15,7 +15,6 @@ from tinygpt.checkpoint import CheckpointError, verify_checkpoint
 
 from ..errors import Conflict, Invalid
 from ..models import (
-    Event,
     EventType,
     Metric,
     ReportAck,
@@ -32,6 +31,7 @@ from ..settings import Settings
 from .alerts import end_run, has_alert, raise_alert
 from .events import record_event
 from .files import run_disk_bytes
+from .metric_blocks import rebuild_blocks
 from .run_records import record_best_checkpoint, record_metric, record_sample, record_start
 from .runs import get_run, run_summary, set_status
 
@@ -157,7 +157,7 @@ def upload_folder(session: Session, *, run_id: int) -> Path:
 
 
 def import_run(session: Session, *, body: RunImport, settings: Settings) -> Run:
-    """A finished run with all its rows, written in bulk (its events too: the run page replays them)."""
+    """A finished run with all its rows, written in bulk (no metric events: pages read its history)."""
     rows = sorted((m.model_dump() for m in body.metrics), key=lambda r: r["step"])
     evals = [r for r in rows if r["val_loss"] is not None]
     best = min(evals, key=lambda r: r["val_loss"]) if evals else None
@@ -166,8 +166,7 @@ def import_run(session: Session, *, body: RunImport, settings: Settings) -> Run:
                   last_step=rows[-1]["step"], best_val_loss=best["val_loss"] if best else None,
                   best_step=best["step"] if best else None)
     session.execute(insert(Metric), [{"run_id": run.id, **r} for r in rows])
-    session.execute(insert(Event), [{"run_id": run.id, "type": EventType.metric, "data": r, "created_at": utcnow()}
-                                    for r in rows])
+    rebuild_blocks(session, run_id=run.id)
     for sample in body.samples:
         record_sample(session, run.id, sample.model_dump())
     record_event(session, run_id=run.id, type=EventType.log,

@@ -12,6 +12,7 @@ from sqlmodel import Session, col
 from ..models import EventType, Metric, Run, Sample
 from .events import record_event
 from .files import run_disk_bytes
+from .metric_blocks import add_row, rebuild_blocks
 
 
 def record_start(session: Session, run: Run, info: dict) -> None:
@@ -20,6 +21,7 @@ def record_start(session: Session, run: Run, info: dict) -> None:
     start = info["start_step"]
     session.exec(delete(Metric).where(col(Metric.run_id) == run.id, col(Metric.step) > start))
     session.exec(delete(Sample).where(col(Sample.run_id) == run.id, col(Sample.step) > start))
+    rebuild_blocks(session, run_id=run.id, from_step=start + 1)
     run.device_info = info["device_info"]
     run.precision = info["precision"]
     run.params = info["params"]
@@ -35,8 +37,10 @@ def record_start(session: Session, run: Run, info: dict) -> None:
 
 
 def record_metric(session: Session, run: Run, row: dict) -> None:
-    """One metrics row (the fields of ``tinygpt.train.StepMetrics``)."""
+    """One metrics row (the fields of ``tinygpt.train.StepMetrics``), counted in its blocks, and its event (which
+    leaves the outbox after ``TINYGPT_EVENT_WINDOW_SEC``: app/services/outbox.py)."""
     session.add(Metric(run_id=run.id, **row))
+    add_row(session, run_id=run.id, step=row["step"], train_loss=row["train_loss"])
     run.last_step = row["step"]
     session.add(run)
     record_event(session, run_id=run.id, type=EventType.metric, data=row)

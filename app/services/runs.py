@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import os
-import statistics
 import uuid
 from functools import lru_cache
 from pathlib import Path
@@ -110,6 +109,8 @@ def set_status(session: Session, run: Run, status: RunStatus, **fields: object) 
     run.status = status
     for key, value in fields.items():
         setattr(run, key, value)
+    if RunStatus(status).finished:
+        run.tokens_per_sec = median_rate(session, run_id=run.id)
     session.add(run)
     session.flush()
     record_event(session, run_id=run.id, type=EventType.status,
@@ -281,6 +282,24 @@ def run_metrics(session: Session, *, run_id: int, from_step: int | None = None,
     return rows
 
 
+def median_rate(session: Session, *, run_id: int) -> float | None:
+    """The median tokens/s over a run's rows (as ``statistics.median``), sorted by the database."""
+    rates = select(Metric.tokens_per_sec).where(Metric.run_id == run_id, col(Metric.tokens_per_sec) > 0)
+    count = session.exec(select(func.count()).select_from(rates.subquery())).one()
+    if not count:
+        return None
+    middle = session.exec(rates.order_by(col(Metric.tokens_per_sec)).offset((count - 1) // 2)
+                          .limit(2 - count % 2)).all()
+    return sum(middle) / len(middle)
+
+
+def run_rate(session: Session, run: Run) -> float | None:
+    """A run's median tokens/s: stored once it finished, read from its rows before."""
+    if RunStatus(run.status).finished and run.tokens_per_sec is not None:
+        return run.tokens_per_sec
+    return median_rate(session, run_id=run.id)
+
+
 def metrics_csv(metrics: list[MetricPublic]) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=METRIC_FIELDS, lineterminator="\n")
@@ -311,42 +330,56 @@ def checkpoint_file(session: Session, *, run_id: int, settings: Settings) -> Pat
 
 
 # -- comparison ---------------------------------------------------------------------------------
+MAX_COMPARED_RUNS = 10  # one chart stays readable, and the page stays fast
+
+
+def evaluation_rows(session: Session, *, run_id: int) -> list[MetricPublic]:
+    """The rows with a validation loss, by step (their own index: no scan of the other rows)."""
+    stmt = select(Metric).where(Metric.run_id == run_id, col(Metric.val_loss).is_not(None)).order_by(col(Metric.step))
+    return [MetricPublic.model_validate(m) for m in session.exec(stmt)]
+
+
+def run_figures(session: Session, run: Run, evals: list[MetricPublic]) -> dict:
+    """What the comparison shows of one run, from its evaluations and a few aggregates (never every row)."""
+    last_elapsed = session.exec(select(Metric.elapsed_sec).where(Metric.run_id == run.id)
+                                .order_by(col(Metric.step).desc()).limit(1)).first()
+    peak_mem = session.exec(select(func.max(Metric.peak_mem_mib)).where(Metric.run_id == run.id)).one()
+    return {
+        "id": run.id,
+        "name": run.name,
+        "device": run.device or run.requested_device,
+        "device_name": (run.device_info or {}).get("name"),
+        "worker": RunPublic.of(run).worker.model_dump() if run.worker else None,
+        "origin": run.origin,
+        "host": run.worker_host,
+        "precision": run.precision,
+        "status": run.status,
+        "final_train_loss": evals[-1].train_loss if evals else None,
+        "final_val_loss": evals[-1].val_loss if evals else None,
+        "best_val_loss": min((m.val_loss for m in evals), default=None),
+        "best_step": min(evals, key=lambda m: m.val_loss).step if evals else None,
+        "tokens_per_sec": run_rate(session, run),
+        "training_sec": last_elapsed,
+        "peak_mem_mib": peak_mem,
+    }
+
+
 def compare_runs(session: Session, *, ids: list[int]) -> dict:
     """Aligned metrics, final/best values, tok/s ratios and the largest gap between loss curves."""
     if len(ids) < 2:
         raise Invalid("give at least two run ids to compare", field="ids")
+    if len(ids) > MAX_COMPARED_RUNS:
+        raise Invalid(f"compare at most {MAX_COMPARED_RUNS} runs at once (got {len(ids)})", field="ids")
     if not all(1 <= i < 2**63 for i in ids):
         raise Invalid("run ids must be positive 64-bit integers", field="ids")
     runs = [get_run(session, run_id=i) for i in ids]
-    series = {r.id: run_metrics(session, run_id=r.id) for r in runs}
-    summaries = []
-    for run in runs:
-        rows = series[run.id]
-        evals = [m for m in rows if m.val_loss is not None]
-        rates = [m.tokens_per_sec for m in rows if m.tokens_per_sec > 0]
-        summaries.append({
-            "id": run.id,
-            "name": run.name,
-            "device": run.device or run.requested_device,
-            "device_name": (run.device_info or {}).get("name"),
-            "worker": RunPublic.of(run).worker.model_dump() if run.worker else None,
-            "origin": run.origin,
-            "host": run.worker_host,
-            "precision": run.precision,
-            "status": run.status,
-            "final_train_loss": evals[-1].train_loss if evals else None,
-            "final_val_loss": evals[-1].val_loss if evals else None,
-            "best_val_loss": min((m.val_loss for m in evals), default=None),
-            "best_step": min(evals, key=lambda m: m.val_loss).step if evals else None,
-            "tokens_per_sec": statistics.median(rates) if rates else None,
-            "training_sec": rows[-1].elapsed_sec if rows else None,
-            "peak_mem_mib": max((m.peak_mem_mib for m in rows), default=None),
-        })
+    evals = {r.id: evaluation_rows(session, run_id=r.id) for r in runs}
+    summaries = [run_figures(session, run, evals[run.id]) for run in runs]
     base = summaries[0]["tokens_per_sec"]
     for s in summaries:
         s["speedup_vs_first"] = s["tokens_per_sec"] / base if base and s["tokens_per_sec"] else None
 
-    val_by_run = [{m.step: m for m in series[r.id] if m.val_loss is not None} for r in runs]
+    val_by_run = [{m.step: m for m in evals[r.id]} for r in runs]
     shared = sorted(set.intersection(*(set(v) for v in val_by_run)))
     aligned = [
         {"step": step, "runs": [{"train_loss": v[step].train_loss, "val_loss": v[step].val_loss} for v in val_by_run]}

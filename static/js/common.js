@@ -86,7 +86,12 @@ window.TG = (() => {
       scales: { x: { time: false }, y: { distr: opts && opts.log ? 3 : 1 }, ...(opts && opts.scales) },
       axes: [xAxis, { ...axis, label: opts && opts.yLabel, ...(opts && opts.yValues ? { values: opts.yValues } : {}) }, ...((opts && opts.extraAxes) || []).map((a) => ({ ...axis, ...a }))],
       series: [{ label: (opts && opts.xLabel) || "x" }, ...series],
-      cursor: { drag: { x: true, y: false } },
+      cursor: { drag: { x: true, y: false, setScale: !(opts && opts.onSelect) } },
+      // opts.onSelect(x0, x1): a dragged x range goes to the page (which reads it at full resolution)
+      hooks: opts && opts.onSelect ? { setSelect: [(u) => {
+        if (u.select.width > 2) opts.onSelect(u.posToVal(u.select.left, "x"), u.posToVal(u.select.left + u.select.width, "x"));
+        u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
+      }] } : {},
     };
     const data = [[], ...series.map(() => [])];
     const plot = new uPlot(config, data, el);

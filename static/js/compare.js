@@ -10,10 +10,11 @@ function setupCompare() {
     const xKey = document.getElementById("x-axis").value;
     const tables = [];
     const series = [];
-    result.runs.forEach((r, k) => {
-      const evals = r.metrics.filter((m) => m.val_loss != null);
-      tables.push([r.metrics.map((m) => m[xKey]), r.metrics.map((m) => m.train_loss)]);
-      tables.push([evals.map((m) => m[xKey]), evals.map((m) => m.val_loss)]);
+    result.runs.forEach((r, k) => {  // r.history: the run's rows as columns, thinned by the server
+      const h = r.history;
+      const evals = h.val_loss.flatMap((v, i) => (v != null ? [i] : []));
+      tables.push([h[xKey], h.train_loss]);
+      tables.push([evals.map((i) => h[xKey][i]), evals.map((i) => h.val_loss[i])]);
       const color = TG.palette[k % TG.palette.length];
       series.push({ label: `#${r.id} train`, stroke: color, width: 1, dash: [4, 3], spanGaps: true });
       series.push({ label: `#${r.id} val (${r.device})`, stroke: color, width: 2, spanGaps: true, points: { show: true, size: 5 } });

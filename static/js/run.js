@@ -1,4 +1,5 @@
-// Run page: live charts from the run's event stream, overfitting banner, sample box, neighbours.
+// Run page: the run's history in one request (thinned by the server), then live rows from its event stream;
+// charts that zoom into a step range at full resolution, overfitting banner, sample box, neighbours.
 "use strict";
 
 const MAX_POINTS = 2000; // points drawn per series; the data itself is never dropped
@@ -6,7 +7,8 @@ const MAX_POINTS = 2000; // points drawn per series; the data itself is never dr
 function setupRunPage() {
   const run = TG.readJSON("run-data");
   const $ = (id) => document.getElementById(id);
-  const state = { rows: [], lastEventId: 0, status: run.status, best: null, received: [] };
+  // rows: the history (thinned past ~2 rows a pixel column) and every live row since; zoom: a range's rows
+  const state = { rows: [], lastEventId: 0, status: run.status, best: null, received: [], zoom: null, loaded: false };
   window.runState = state; // for tests and the curious
 
   // -- charts -------------------------------------------------------------------------------
@@ -23,15 +25,15 @@ function setupRunPage() {
       { label: "val", stroke: TG.palette[1], width: 2, spanGaps: true, points: { show: true, size: 5 } },
       { label: "gap (val − train)", stroke: TG.palette[4], fill: "rgba(212,136,6,0.15)", scale: "gap", spanGaps: true },
       { label: "best val", stroke: TG.palette[2], width: 0, points: { show: true, size: 11, fill: TG.palette[2] } },
-    ], { xLabel, xAxis, yLabel: "loss", log, scales: { gap: {} }, extraAxes: [{ scale: "gap", side: 1, label: "gap" }] });
-    charts.tps = TG.chart($("tps-chart"), [{ label: "tok/s", stroke: TG.palette[3] }], { xLabel, xAxis, yValues: TG.siValues });
-    charts.mem = TG.chart($("mem-chart"), [{ label: "MiB", stroke: TG.palette[5] }], { xLabel, xAxis, yValues: TG.siValues });
-    charts.lr = TG.chart($("lr-chart"), [{ label: "lr", stroke: TG.palette[6] }], { xLabel, xAxis, yValues: TG.scientific });
+    ], { xLabel, xAxis, yLabel: "loss", log, scales: { gap: {} }, extraAxes: [{ scale: "gap", side: 1, label: "gap" }], onSelect: zoomTo });
+    charts.tps = TG.chart($("tps-chart"), [{ label: "tok/s", stroke: TG.palette[3] }], { xLabel, xAxis, yValues: TG.siValues, onSelect: zoomTo });
+    charts.mem = TG.chart($("mem-chart"), [{ label: "MiB", stroke: TG.palette[5] }], { xLabel, xAxis, yValues: TG.siValues, onSelect: zoomTo });
+    charts.lr = TG.chart($("lr-chart"), [{ label: "lr", stroke: TG.palette[6] }], { xLabel, xAxis, yValues: TG.scientific, onSelect: zoomTo });
     draw();
   }
 
   function draw() {
-    const rows = state.rows;
+    const rows = state.zoom ? state.zoom.rows : state.rows;
     const xKey = $("x-axis").value;
     const weight = +$("smoothing").value;
     const train = TG.smooth(rows.map((r) => r.train_loss), weight);
@@ -41,8 +43,8 @@ function setupRunPage() {
     const xs = pick(rows.map((r) => r[xKey]));
     const val = rows.map((r) => r.val_loss);
     const gap = rows.map((r) => (r.val_loss != null ? r.val_loss - r.train_loss : null));
-    const bestIdx = state.best ? rows.indexOf(state.best) : -1;
-    const best = rows.map((_, i) => (i === bestIdx ? rows[i].val_loss : null));
+    const bestStep = state.best ? state.best.step : null;
+    const best = rows.map((r) => (r.step === bestStep && r.val_loss != null ? r.val_loss : null));
     charts.loss.setData([xs, pick(train), pick(val), pick(gap), pick(best)]);
     state.drawnPoints = xs.length;
     const nonzero = rows.flatMap((r, i) => (r.tokens_per_sec > 0 ? [i] : []));
@@ -110,8 +112,32 @@ function setupRunPage() {
     $(listId).appendChild(li);
   }
 
-  // -- the event stream (EventSource reconnects by itself, sending Last-Event-ID) ------------
-  const source = new EventSource(TG.url(`/api/runs/${run.id}/events`));
+  // -- history, then the event stream from its end (EventSource reconnects by itself, sending Last-Event-ID) --
+  const historyPoints = () => Math.min(100000, Math.max(1000, 2 * Math.round($("loss-chart").clientWidth || 1000)));
+  async function readHistory(params) {
+    const query = new URLSearchParams({ format: "columns", max_points: historyPoints(), ...params });
+    const response = await fetch(TG.url(`/api/runs/${run.id}/metrics?${query}`));
+    if (!response.ok) throw new Error(`the run's history could not be read (HTTP ${response.status})`);
+    const h = await response.json();
+    const keys = Object.keys(h.columns);
+    h.rows = h.columns.step.map((_, i) => Object.fromEntries(keys.map((k) => [k, h.columns[k][i]])));
+    return h;
+  }
+
+  let source = null;
+  async function start(after) { // the history (again, after a gap), then the stream from where it ends
+    const h = await readHistory({});
+    state.rows = h.rows;
+    state.downsampled = h.downsampled;
+    state.historyEventId = h.last_event_id;
+    state.loaded = true;
+    updateProgress();
+    updateOverfitting();
+    redraw();
+    source = new EventSource(TG.url(`/api/runs/${run.id}/events?`) + new URLSearchParams({ after, history: h.last_event_id }));
+    listen(source);
+  }
+
   const fresh = (e) => {
     const id = +e.lastEventId;
     state.received.push(id); // every id as it arrived (the tests check none comes twice)
@@ -119,56 +145,79 @@ function setupRunPage() {
     if (id) state.lastEventId = id;
     return true;
   };
-  $("samples").innerHTML = ""; // the stream replays them all
-  source.addEventListener("metric", (e) => {
-    if (!fresh(e)) return;
-    const m = JSON.parse(e.data);
-    // a resumed run repeats steps after its checkpoint: the newer row replaces the older
-    while (state.rows.length && state.rows[state.rows.length - 1].step >= m.step) state.rows.pop();
-    state.rows.push(m);
-    updateProgress();
-    if (m.val_loss != null) updateOverfitting();
-    redraw();
-  });
-  source.addEventListener("sample", (e) => {
-    if (!fresh(e)) return;
-    const s = JSON.parse(e.data);
-    addListItem("samples", [["span", `step ${s.step}`, "muted"], ["pre", s.text]]);
-  });
-  source.addEventListener("log", (e) => {
-    if (!fresh(e)) return;
-    const d = JSON.parse(e.data);
-    addListItem("log", [["span", d.message]]);
-  });
-  source.addEventListener("resolved", (e) => { // what the job resolved: device, precision, size
-    if (!fresh(e)) return;
-    const d = JSON.parse(e.data);
-    const name = d.device_info && d.device_info.name ? ` · ${d.device_info.name}` : "";
-    $("device-desc").textContent = `${d.device}${name} · ${d.precision} · ${d.params.toLocaleString()} parameters`;
-  });
-  source.addEventListener("best_checkpoint", (e) => {
-    if (!fresh(e)) return;
-    $("ckpt-link").hidden = false;
-  });
-  source.addEventListener("status", (e) => {
-    if (!fresh(e)) return;
-    setStatus(JSON.parse(e.data));
-    updateProgress();
-  });
-  source.addEventListener("stall", (e) => { // the worker saw no step for too long (stalled), or steps again
-    if (!fresh(e)) return;
-    const d = JSON.parse(e.data);
-    $("stall-banner").textContent = d.stalled ? `Stalled: ${d.message}.` : "";
-    $("stall-banner").hidden = !d.stalled;
-  });
-  source.addEventListener("alert", (e) => { // a desktop notification for what happens after the page opened
-    if (!fresh(e) || +e.lastEventId <= run.rendered_event_id) return;
-    const d = JSON.parse(e.data);
-    if (window.Notification && Notification.permission === "granted") {
-      new Notification(`${run.name}: ${d.kind.replace("_", " ")}`, { body: d.message, tag: `run-${run.id}-${e.lastEventId}` });
+  function listen(source) {
+    source.addEventListener("metric", (e) => {
+      if (!fresh(e)) return;
+      const m = JSON.parse(e.data);
+      // a resumed run repeats steps after its checkpoint (and a row read with the history may come again):
+      // the newer row replaces the older
+      while (state.rows.length && state.rows[state.rows.length - 1].step >= m.step) state.rows.pop();
+      state.rows.push(m);
+      updateProgress();
+      if (m.val_loss != null) updateOverfitting();
+      redraw();
+    });
+    source.addEventListener("gap", () => { // rows we missed left the outbox: read the history again
+      source.close();
+      state.gaps = (state.gaps || 0) + 1;
+      start(state.lastEventId);
+    });
+    source.addEventListener("sample", (e) => {
+      if (!fresh(e)) return;
+      const s = JSON.parse(e.data);
+      addListItem("samples", [["span", `step ${s.step}`, "muted"], ["pre", s.text]]);
+    });
+    source.addEventListener("log", (e) => {
+      if (!fresh(e)) return;
+      const d = JSON.parse(e.data);
+      addListItem("log", [["span", d.message]]);
+    });
+    source.addEventListener("resolved", (e) => { // what the job resolved: device, precision, size
+      if (!fresh(e)) return;
+      const d = JSON.parse(e.data);
+      const name = d.device_info && d.device_info.name ? ` · ${d.device_info.name}` : "";
+      $("device-desc").textContent = `${d.device}${name} · ${d.precision} · ${d.params.toLocaleString()} parameters`;
+    });
+    source.addEventListener("best_checkpoint", (e) => {
+      if (!fresh(e)) return;
+      $("ckpt-link").hidden = false;
+    });
+    source.addEventListener("status", (e) => {
+      if (!fresh(e)) return;
+      setStatus(JSON.parse(e.data));
+      updateProgress();
+    });
+    source.addEventListener("stall", (e) => { // the worker saw no step for too long (stalled), or steps again
+      if (!fresh(e)) return;
+      const d = JSON.parse(e.data);
+      $("stall-banner").textContent = d.stalled ? `Stalled: ${d.message}.` : "";
+      $("stall-banner").hidden = !d.stalled;
+    });
+    source.addEventListener("alert", (e) => { // a desktop notification for what happens after the page opened
+      if (!fresh(e) || +e.lastEventId <= run.rendered_event_id) return;
+      const d = JSON.parse(e.data);
+      if (window.Notification && Notification.permission === "granted") {
+        new Notification(`${run.name}: ${d.kind.replace("_", " ")}`, { body: d.message, tag: `run-${run.id}-${e.lastEventId}` });
+      }
+    });
+    source.addEventListener("end", () => { source.close(); state.ended = true; });
+  }
+
+  // -- zoom: a dragged x range, at full resolution (read from the server when the history was thinned) ------
+  async function zoomTo(x0, x1) {
+    const xKey = $("x-axis").value;
+    const inside = state.rows.filter((r) => r[xKey] >= x0 && r[xKey] <= x1);
+    if (!inside.length) return;
+    let rows = inside;
+    if (state.downsampled) {
+      const h = await readHistory({ from_step: inside[0].step, to_step: inside[inside.length - 1].step });
+      rows = h.rows;
     }
-  });
-  source.addEventListener("end", () => { source.close(); state.ended = true; });
+    state.zoom = { from: rows[0].step, to: rows[rows.length - 1].step, rows };
+    $("zoom-reset").hidden = false;
+    redraw();
+  }
+  $("zoom-reset").addEventListener("click", () => { state.zoom = null; $("zoom-reset").hidden = true; redraw(); });
 
   // -- controls ---------------------------------------------------------------------------
   if (window.Notification && Notification.permission !== "denied") {
@@ -239,7 +288,9 @@ function setupRunPage() {
     for (const n of d) addListItem("neighbours", [["code", JSON.stringify(n.token)], ["span", ` ${n.similarity.toFixed(3)}`]]);
   });
 
+  $("samples").innerHTML = ""; // the stream replays them all
   buildCharts();
+  start(0).catch((err) => { $("error").textContent = err.message; $("error").hidden = false; });
 }
 
 document.addEventListener("DOMContentLoaded", setupRunPage);

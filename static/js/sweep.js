@@ -34,11 +34,12 @@
     plot.setData([steps, ...trials.map((t) => steps.map((s) => curves.get(t.run_id).get(s) ?? null))]);
   }
 
-  async function loadCurve(runId) {
-    const response = await fetch(TG.url(`/api/runs/${runId}/metrics`));
+  async function loadCurve(runId) { // a thinned history keeps every evaluation: the whole validation curve
+    const response = await fetch(TG.url(`/api/runs/${runId}/metrics?format=columns&max_points=200`));
     if (!response.ok) return;
+    const { columns } = await response.json();
     const points = curves.get(runId) || new Map();
-    for (const m of await response.json()) if (m.val_loss != null) points.set(m.step, m.val_loss);
+    columns.step.forEach((step, i) => { if (columns.val_loss[i] != null) points.set(step, columns.val_loss[i]); });
     curves.set(runId, points);
   }
 
