@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import statistics
 import uuid
 from functools import lru_cache
 from pathlib import Path
@@ -293,11 +294,18 @@ def median_rate(session: Session, *, run_id: int) -> float | None:
     return sum(middle) / len(middle)
 
 
+RECENT_ROWS = 1000  # a running run's tokens/s: the median of its newest rows (bounded, whatever its length)
+
+
 def run_rate(session: Session, run: Run) -> float | None:
-    """A run's median tokens/s: stored once it finished, read from its rows before."""
-    if RunStatus(run.status).finished and run.tokens_per_sec is not None:
-        return run.tokens_per_sec
-    return median_rate(session, run_id=run.id)
+    """A run's median tokens/s: over all its rows once it finished (stored then), over its newest
+    ``RECENT_ROWS`` while it runs."""
+    if RunStatus(run.status).finished:
+        return run.tokens_per_sec if run.tokens_per_sec is not None else median_rate(session, run_id=run.id)
+    recent = session.exec(select(Metric.tokens_per_sec).where(Metric.run_id == run.id)
+                          .order_by(col(Metric.step).desc()).limit(RECENT_ROWS)).all()
+    rates = [r for r in recent if r > 0]
+    return statistics.median(rates) if rates else None
 
 
 def metrics_csv(metrics: list[MetricPublic]) -> str:
