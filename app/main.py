@@ -9,13 +9,11 @@ import math
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
@@ -39,6 +37,7 @@ from .services.datasets import ensure_builtin
 from .services.hub import EventHub
 from .services.outbox import compact_forever
 from .settings import Settings, get_settings
+from .static_files import STATIC, CachedStaticFiles
 from .templating import render
 
 
@@ -107,7 +106,7 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
     app.include_router(sweep_pages.router)
     app.include_router(login.router)
     app.include_router(api_docs.router)
-    app.mount("/static", StaticFiles(directory=Path(__file__).resolve().parent.parent / "static"), name="static")
+    app.mount("/static", CachedStaticFiles(directory=STATIC), name="static")
     return app
 
 

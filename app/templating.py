@@ -15,6 +15,8 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
+from .static_files import asset_version
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -35,6 +37,7 @@ def page_context(request: Request) -> dict[str, Any]:
 
 templates = Jinja2Templates(directory=ROOT / "templates", context_processors=[page_context])
 templates.env.globals["fmt"] = lambda v: "–" if v is None else f"{v:.4f}"
+templates.env.globals["asset_version"] = asset_version()  # our CSS and JavaScript, kept by browsers until it changes
 
 
 def render(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:

@@ -8,6 +8,8 @@ test (a GET route with a required query parameter needs an example in ``QUERY``)
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 from fastapi.routing import APIRoute, iter_route_contexts
@@ -122,6 +124,13 @@ def test_public_read_opens_reads_but_not_files_or_changes(site, method, path):
 
 def test_static_assets_and_health_stay_open(site):
     app, _, _, _ = site
-    assert httpx.get(f"{app.url}/static/css/app.css", timeout=30).status_code == 200
+    plain = httpx.get(f"{app.url}/static/css/app.css", timeout=30)
+    assert (plain.status_code, plain.headers["cache-control"]) == (200, "no-cache")  # revalidated (ETag)
+    # what a page asks for is kept by the browser: our files with the static folder's version, vendored ones
+    login = httpx.get(f"{app.url}/login", timeout=30).text
+    versioned = re.search(r'href="(/static/css/app\.css\?v=[0-9a-f]{12})"', login).group(1)
+    for path in (versioned, "/static/vendor/htmx.org-2.0.8/htmx.min.js"):
+        kept = httpx.get(f"{app.url}{path}", timeout=30)
+        assert (kept.status_code, kept.headers["cache-control"]) == (200, "public, max-age=31536000, immutable")
     assert httpx.get(f"{app.url}/healthz", timeout=30).json() == {"status": "ok"}
     assert httpx.get(f"{app.url}/login", timeout=30).status_code == 200
