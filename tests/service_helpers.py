@@ -41,6 +41,9 @@ class Home:
             "TINYGPT_STALE_AFTER_SEC": "4",
             "TINYGPT_WORKER_POLL_SEC": "0.2",
             "TINYGPT_EVENT_POLL_SEC": "0.05",
+            # tests that read a run's whole stream after it ended keep its metric events; the window's own
+            # tests (tests/test_long_runs.py) set a short one
+            "TINYGPT_EVENT_WINDOW_SEC": "3600",
             "PYTHONUNBUFFERED": "1",
             # warm job processes cost each worker a process importing torch; the tests of the default
             # (tests/test_service.py, test_sweeps.py, the warm test in test_workers.py) turn them on

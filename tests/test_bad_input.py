@@ -175,7 +175,8 @@ def test_neighbours_and_compare_with_bad_queries(bare):
     assert httpx.get(f"{app.url}/api/runs/{run_id}/neighbors", params={"word": ""}, timeout=30).status_code == 422
     assert httpx.get(f"{app.url}/api/runs/{run_id}/neighbors", params={"word": "w" * 101}, timeout=30).status_code == 422
     for ids, message in [("1,x", "ids must be comma-separated integers"), ("1", "give at least two run ids to compare"),
-                         (f"1,{2**70}", "run ids must be positive 64-bit integers")]:
+                         (f"1,{2**70}", "run ids must be positive 64-bit integers"),
+                         (",".join(map(str, range(1, 12))), "compare at most 10 runs at once (got 11)")]:
         response = httpx.get(f"{app.url}/api/compare", params={"ids": ids}, timeout=30)
         assert response.status_code == 422 and response.json()["detail"][0]["msg"] == message
 

@@ -190,6 +190,10 @@ def test_a_client_older_than_the_window_gets_a_gap_then_every_row_once(windowed_
     with session_scope(Settings(home=home.path)) as s:
         assert metric_event_ids(s, run_id) == []  # one stored copy of each metric: its row
         assert s.get(Run, run_id).events_trimmed_to >= seen
+        assert len(stored_blocks(s, run_id)) == 2  # steps 0-59: one block of each level
+    assert httpx.delete(f"{app.url}/api/runs/{run_id}", timeout=30).status_code == 204
+    with session_scope(Settings(home=home.path)) as s:
+        assert stored_blocks(s, run_id) == set()  # gone with the run
 
 
 # -- pages: the history first, then the stream from where it ends (Chromium) ------------------------------------

@@ -22,6 +22,7 @@ from ..models import (
     Event,
     EventType,
     Metric,
+    MetricBlock,
     MetricPublic,
     Run,
     RunCreate,
@@ -236,7 +237,7 @@ def delete_run(session: Session, *, run_id: int, settings: Settings) -> None:
     run = get_run(session, run_id=run_id)
     if run.status == RunStatus.running:
         raise Conflict(f"run {run_id} is running; cancel it first")
-    for table in (Metric, Sample, BenchmarkResult, Event):
+    for table in (Metric, MetricBlock, Sample, BenchmarkResult, Event):
         session.exec(sa_delete(table).where(table.run_id == run_id))  # type: ignore[attr-defined]
     session.delete(run)
     session.commit()
