@@ -42,11 +42,11 @@ test: lint chromium postgresql
 	$(PY) -m pytest -q
 
 # The slow tests: faults (kills, full disk, ...), API fuzzing, load, scale-out, long trainings
-# (about 30 minutes on 2 cores); CI runs them after `make test`.
+# (about 40 minutes on 2 cores); CI runs them after `make test`.
 test-slow: install chromium postgresql
 	$(PY) -m pytest -q -m "slow and not gpu"
 
-# Scale-out: 4 workers against 50 queued runs on PostgreSQL (about 6 minutes); CI runs it after `make test`.
+# Scale-out: 4 workers against 50 queued runs on PostgreSQL (about 5 minutes); CI runs it with `make test-slow`.
 test-scale: install postgresql
 	$(PY) -m pytest -q -m scale
 

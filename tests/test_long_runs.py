@@ -23,7 +23,7 @@ from app.services.run_records import record_metric, record_start
 from app.services.runs import set_status
 from app.settings import Settings
 
-from .browser import needs_chromium
+from .browser import needs_chromium, shot
 from .service_helpers import AppServer, read_events
 from .test_service import make_home
 
@@ -225,6 +225,7 @@ def test_a_100k_row_run_page_shows_its_last_step_and_best_validation_point(windo
         const at = u.data[4].flatMap((v, i) => (v != null ? [[u.data[0][i], v]] : [])); return at; }""")
     assert best == [[40_000, 2.5]]  # the best-validation point, drawn once, where it is
     assert page.inner_text("#banner").startswith("Overfitting since step 40500; best checkpoint is step 40000")
+    shot(page, "run-100k-rows")
     # zoomed in: the range read again at full resolution (every row of it)
     page.evaluate("window.runState.charts.loss.setSelect({left: 0, top: 0, width: 0, height: 0}, false)")
     box = page.locator("#loss-chart .u-over").bounding_box()
@@ -236,6 +237,7 @@ def test_a_100k_row_run_page_shows_its_last_step_and_best_validation_point(windo
     zoom = page.evaluate("[window.runState.zoom.from, window.runState.zoom.to, window.runState.zoom.rows.length]")
     assert zoom[2] == zoom[1] - zoom[0] + 1 and zoom[2] > 100  # every step of the range
     assert page.is_visible("#zoom-reset")
+    shot(page, "run-100k-rows-zoomed")
     page.click("#zoom-reset")
     assert page.evaluate("window.runState.zoom") is None
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -84,7 +85,7 @@ def test_every_page_works_under_the_prefix_over_https(proxied, browser):
 
     outside = [u for u in requests if not u.startswith(proxied + "/") and not u.startswith("data:")]
     assert outside == [], f"requests outside https://.../tinygpt/: {outside}"
-    assert any("/api/runs/" in u and u.endswith("/events") for u in requests)  # the run's stream
+    assert any("/api/runs/" in u and urlsplit(u).path.endswith("/events") for u in requests)  # the run's stream
     assert any(u.endswith("/api/events") for u in requests)  # the run list's stream
     assert page.js_errors == [], page.js_errors
     page.context.close()

@@ -124,7 +124,7 @@ function setupRunPage() {
     return h;
   }
 
-  let source = null;
+  function showError(err) { $("error").textContent = err.message; $("error").hidden = false; }
   async function start(after) { // the history (again, after a gap), then the stream from where it ends
     const h = await readHistory({});
     state.rows = h.rows;
@@ -134,8 +134,7 @@ function setupRunPage() {
     updateProgress();
     updateOverfitting();
     redraw();
-    source = new EventSource(TG.url(`/api/runs/${run.id}/events?`) + new URLSearchParams({ after, history: h.last_event_id }));
-    listen(source);
+    listen(new EventSource(TG.url(`/api/runs/${run.id}/events?`) + new URLSearchParams({ after, history: h.last_event_id })));
   }
 
   const fresh = (e) => {
@@ -160,7 +159,7 @@ function setupRunPage() {
     source.addEventListener("gap", () => { // rows we missed left the outbox: read the history again
       source.close();
       state.gaps = (state.gaps || 0) + 1;
-      start(state.lastEventId);
+      start(state.lastEventId).catch(showError);
     });
     source.addEventListener("sample", (e) => {
       if (!fresh(e)) return;
@@ -290,7 +289,7 @@ function setupRunPage() {
 
   $("samples").innerHTML = ""; // the stream replays them all
   buildCharts();
-  start(0).catch((err) => { $("error").textContent = err.message; $("error").hidden = false; });
+  start(0).catch(showError);
 }
 
 document.addEventListener("DOMContentLoaded", setupRunPage);
