@@ -52,8 +52,14 @@ def columns(app: AppServer, run_id: int, **params) -> dict:
 
 def test_the_whole_history_a_range_and_a_thinned_one(long_run):
     app, run_id, rows = long_run
-    whole = columns(app, run_id)
+    whole = columns(app, run_id)  # every row: streamed, read 5,000 rows at a time
     assert (whole["rows"], whole["downsampled"]) == (ROWS, False)
+    streamed = httpx.get(f"{app.url}/api/runs/{run_id}/metrics", params={"format": "columns"}, timeout=60)
+    assert streamed.headers.get("transfer-encoding") == "chunked" and "content-length" not in streamed.headers
+    empty = columns(app, run_id, from_step=ROWS + 5)
+    assert (empty["rows"], empty["columns"]["step"], empty["columns"]["val_loss"]) == (0, [], [])
+    missing = httpx.get(f"{app.url}/api/runs/999999/metrics", params={"format": "columns"}, timeout=60)
+    assert (missing.status_code, missing.json()) == (404, {"detail": "run 999999 does not exist"})
     assert whole["columns"]["step"] == [r["step"] for r in rows]
     assert whole["columns"]["train_loss"] == [r["train_loss"] for r in rows]
     assert whole["last_event_id"] == max(e["id"] for e in _events(app, run_id) if "id" in e)

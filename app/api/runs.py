@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, StreamingResponse
 from sqlmodel import Session
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
@@ -32,7 +32,7 @@ from ..models import (
     SamplePublic,
 )
 from ..services import runs as svc
-from ..services.metric_history import metric_columns
+from ..services.metric_history import history_head, metric_columns, stream_columns
 from ..services.sampling import SampleRequest, neighbours, stream_sample
 from ..settings import Settings
 
@@ -87,17 +87,20 @@ def cancel_run(run_id: RunId, session: SessionDep, settings: SettingsDep) -> Run
 @router.get("/{run_id}/metrics", response_model=list[MetricPublic] | MetricColumns,
             responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}}}})
 async def get_metrics(  # noqa: ANN201
-    run_id: RunId, session: SessionDep,
+    run_id: RunId, session: SessionDep, settings: SettingsDep,
     format: Annotated[str, Query(pattern="^(json|csv|columns)$", description="json: a list of rows; csv; columns: "
                                  "one list per field (compact), with the run's last event id")] = "json",
     from_step: Annotated[int | None, Query(ge=0, le=MAX_STEP, description="rows from this step on")] = None,
     to_step: Annotated[int | None, Query(ge=0, le=MAX_STEP, description="rows up to this step")] = None,
     max_points: Annotated[int | None, Query(ge=10, le=100_000, description="columns only: at most about this many "
                                             "rows, thinned per step range (lowest and highest train loss of each; "
-                                            "every evaluation kept); absent: every row")] = None,
+                                            "every evaluation kept); absent: every row, streamed")] = None,
 ):
     """A run's metrics rows, ordered by step. Charts read ``format=columns&max_points=N`` (``GET
     /api/runs/{id}/events`` after its ``last_event_id`` for what comes next); zooming in reads a step range."""
+    if format == "columns" and max_points is None:  # every row: streamed, whatever the run's length
+        head = history_head(session, run_id=run_id, from_step=from_step, to_step=to_step)
+        return StreamingResponse(stream_columns(settings, head), media_type="application/json")
     if format == "columns":
         return metric_columns(session, run_id=run_id, from_step=from_step, to_step=to_step, max_points=max_points)
     metrics = svc.run_metrics(session, run_id=run_id, from_step=from_step, to_step=to_step)

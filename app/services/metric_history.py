@@ -9,15 +9,22 @@ bucket, so a million rows read a few thousand blocks, not a million rows.
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Iterator
+
 from sqlalchemy import BigInteger, Integer, cast, func, literal, union_all
 from sqlmodel import Session, col, select
 
+from ..db import get_engine
 from ..models import Metric, MetricBlock
+from ..settings import Settings
 from .events import last_run_event_id
 from .metric_blocks import BLOCK_STEPS, level_for
 from .runs import METRIC_FIELDS, get_run
 
 ROWS_AT_ONCE = 5000  # steps looked up per query (well under any database's limit on parameters)
+PAGE_ROWS = 5000  # rows a streamed history reads per query
 
 
 def in_range(stmt, step, *, run_id: int, lo: int, hi: int):  # noqa: ANN001, ANN201
@@ -130,3 +137,51 @@ def result(run_id: int, rows: int, downsampled: bool, last_event_id: int, table:
         columns[f] = [None if v is None else int(v) for v in columns[f]]
     return {"run_id": run_id, "rows": rows, "downsampled": downsampled, "last_event_id": last_event_id,
             "columns": columns}
+
+
+def history_head(session: Session, *, run_id: int, from_step: int | None, to_step: int | None) -> dict:
+    """What a streamed whole history starts with: the run (404 before anything is sent), its range and size."""
+    run = get_run(session, run_id=run_id)
+    last_event_id = last_run_event_id(session, run_id=run.id)
+    lo, hi = step_bounds(session, run_id=run.id, from_step=from_step, to_step=to_step)
+    rows = 0 if lo is None else count_rows(session, run_id=run.id, lo=lo, hi=hi, level=None)
+    return {"run_id": run.id, "rows": rows, "downsampled": False, "last_event_id": last_event_id, "lo": lo, "hi": hi}
+
+
+def stream_columns(settings: Settings, head: dict) -> Iterator[str]:
+    """Every row of the range as the columns JSON, one field after the other, read a page at a time in short
+    sessions (keyset on step and id): memory stays flat whatever the size, no connection held while the
+    client reads."""
+    yield json.dumps({k: head[k] for k in ("run_id", "rows", "downsampled", "last_event_id")})[:-1] + ', "columns": {'
+    for k, field in enumerate(METRIC_FIELDS):
+        yield f'{", " if k else ""}"{field}": ['
+        first = True
+        for values in column_pages(settings, field, head):
+            yield ("" if first else ", ") + ", ".join(json_number(v) for v in values)
+            first = False
+        yield "]"
+    yield "}}"
+
+
+def column_pages(settings: Settings, field: str, head: dict) -> Iterator[list]:
+    if head["lo"] is None:
+        return
+    after = (head["lo"] - 1, 0)
+    while True:
+        with Session(get_engine(settings)) as session:
+            page = session.exec(
+                in_range(select(col(getattr(Metric, field)), col(Metric.step), col(Metric.id)), col(Metric.step),
+                         run_id=head["run_id"], lo=head["lo"], hi=head["hi"])
+                .where((col(Metric.step) > after[0]) | ((col(Metric.step) == after[0]) & (col(Metric.id) > after[1])))
+                .order_by(col(Metric.step), col(Metric.id)).limit(PAGE_ROWS)).all()
+        if page:
+            yield [v for v, _, _ in page]
+        if len(page) < PAGE_ROWS:
+            return
+        after = (page[-1][1], page[-1][2])
+
+
+def json_number(value: float | int | None) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "null"
+    return json.dumps(int(value) if isinstance(value, int) else value)
