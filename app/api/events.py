@@ -178,8 +178,8 @@ async def run_events(
 ) -> EventSourceResponse:
     """``status``, ``metric``, ``sample``, ``log`` (...) events of one run, then ``end`` when it has finished.
 
-    Metric events are kept for a while only (``TINYGPT_EVENT_WINDOW`` of a running run's newest, none of a run
-    finished a minute ago): a page reads the history first and streams from there (``history``). If rows the
+    Metric events stay in the outbox for ``TINYGPT_EVENT_WINDOW_SEC`` only (``app/services/outbox.py``): a page
+    reads the history first and streams from there (``history``). If rows the
     client has not seen are no longer in the outbox, the stream sends ``gap`` and ends: read the history again,
     then stream with ``after`` = the last event id received and the new ``history``.
     (No session dependency here: a stream would hold its database connection for as long as it is open.)
