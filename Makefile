@@ -13,7 +13,7 @@ ifneq ($(wildcard $(HOLMES_SHARED)),)
 export TINYGPT_HOLMES_PATH ?= $(HOLMES_SHARED)
 endif
 
-.PHONY: install run test test-slow test-scale test-all lint bench clean chromium postgresql
+.PHONY: install run test test-slow test-scale test-all coverage lint bench clean chromium postgresql
 
 install: $(VENV)/.installed
 
@@ -46,12 +46,21 @@ test: lint chromium postgresql
 test-slow: install chromium postgresql
 	$(PY) -m pytest -q -m "slow and not gpu"
 
-# Scale-out: 4 workers against 50 queued runs on PostgreSQL (about 5 minutes); CI runs it with `make test-slow`.
+# Scale-out: 4 workers against 16 queued runs on PostgreSQL (about a minute); CI runs it with `make test-slow`.
 test-scale: install postgresql
 	$(PY) -m pytest -q -m scale
 
 test-all: install chromium postgresql
 	$(PY) -m pytest -q -m "not gpu"
+
+# Branch coverage of tinygpt, app and worker over both suites together (subprocesses included); slower than
+# `make test` + `make test-slow`, so not part of CI. Prints the report; coverage.json keeps the figures.
+coverage: install chromium postgresql
+	rm -f .coverage .coverage.*
+	-$(VENV)/bin/coverage run -m pytest -q -m "not gpu" -p no:cacheprovider
+	$(VENV)/bin/coverage combine -q
+	$(VENV)/bin/coverage report --precision=1 | tail -n 1
+	$(VENV)/bin/coverage json -q -o coverage.json
 
 # Benchmarks: measured side by side in one run; rewrites BENCHMARKS.md.
 bench: install

@@ -20,6 +20,8 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from .stop_signals import set_on_signals
+
 if TYPE_CHECKING:
     from tinygpt.cli import ExtraCommand
 
@@ -28,8 +30,7 @@ STOP = threading.Event()  # set by SIGTERM / SIGINT once a service command start
 
 
 def stop_on_signals() -> None:
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: STOP.set())
+    set_on_signals(STOP)
 
 
 def add_bind_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,6 +44,7 @@ def add_bind_arguments(p: argparse.ArgumentParser) -> None:
 def add_worker_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices", help="comma-separated device slots, e.g. cpu,cuda:0 (default: the best device)")
     p.add_argument("--name", help="worker name (default HOST:PID); refused while another live worker holds it")
+    p.add_argument("--parent", type=int, help=argparse.SUPPRESS)  # set by `serve`: stop when that process dies
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
@@ -67,8 +69,12 @@ def run_app(args: argparse.Namespace) -> int:
     if STOP.is_set():  # stopped while starting: nothing to shut down
         print("tinygpt app: stopped before it started serving", file=sys.stderr)
         return 0
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info", root_path=settings.root_path,
-                forwarded_allow_ips=settings.forwarded_allow_ips)
+    # forwarded headers only from the proxies the operator names (uvicorn would trust 127.0.0.1 by default:
+    # any local client could then claim any address, and so any client's share of the stream cap)
+    proxies = settings.forwarded_allow_ips.strip()
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info", access_log=settings.access_log,
+                root_path=settings.root_path,
+                proxy_headers=bool(proxies), forwarded_allow_ips=proxies or None)
     return 0
 
 
@@ -79,7 +85,7 @@ def run_worker_command(args: argparse.Namespace) -> int:
 
     devices = [check_device_name(d) for d in args.devices.split(",")] if args.devices else None
     try:
-        run_worker(devices, args.name, stop=STOP)
+        run_worker(devices, args.name, stop=STOP, parent=getattr(args, "parent", None))
     except WorkerNameInUse as exc:
         print(f"tinygpt worker: error: {exc}", file=sys.stderr)
         return 2
@@ -88,7 +94,7 @@ def run_worker_command(args: argparse.Namespace) -> int:
 
 def run_serve(args: argparse.Namespace) -> int:
     """The app and one worker for this machine's devices, as two processes; SIGTERM or Ctrl-C stops both."""
-    worker_cmd = [sys.executable, "-m", "app.cli", "worker"]
+    worker_cmd = [sys.executable, "-m", "app.cli", "worker", "--parent", str(os.getpid())]
     if args.devices:
         worker_cmd += ["--devices", args.devices]
     if args.name:
@@ -135,10 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         stop_on_signals()
     from tinygpt.cli import main as tinygpt_main  # imports torch: after the signal handlers
 
-    from .settings import SettingsError
+    from .settings import SettingsError, get_settings
 
     try:
-        return tinygpt_main(argv, extra=extra_commands())
+        return tinygpt_main(argv, extra=extra_commands(), paths=get_settings().library_paths())
     except SettingsError as exc:
         print(f"tinygpt: error: {exc}", file=sys.stderr)
         return 2

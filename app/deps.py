@@ -9,6 +9,7 @@ from fastapi import Depends, Path, Request
 from sqlmodel import Session
 
 from .db import get_engine
+from .services.sampling import ModelCache
 from .settings import Settings
 
 
@@ -26,8 +27,14 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
         yield session
 
 
+def app_models(request: Request) -> ModelCache:
+    """The app's loaded models, for the sample box and nearest tokens (bounded loads)."""
+    return request.app.state.models
+
+
 SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(app_settings)]
+ModelsDep = Annotated[ModelCache, Depends(app_models)]
 
 #: A run's id in a path: a positive 64-bit integer (anything else is a 422, never a database error).
 RunId = Annotated[int, Path(ge=1, le=2**63 - 1, description="a run's id")]

@@ -19,7 +19,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from tinygpt.presets import list_presets
 
-from . import api_docs, login, pages, sweep_pages
+from . import api_docs
 from .api import benchmarks, catalog, events, export, reports, runs, sweeps
 from .db import init_db, session_scope
 from .errors import AppError
@@ -36,9 +36,11 @@ from .security import (
 from .services.datasets import ensure_builtin
 from .services.hub import EventHub
 from .services.outbox import compact_forever
+from .services.sampling import ModelCache
 from .settings import Settings, get_settings
 from .static_files import STATIC, CachedStaticFiles
 from .templating import render
+from .web import login, pages, sweep_pages
 
 
 def create_app(settings: Settings | None = None, host: str | None = None) -> FastAPI:
@@ -72,6 +74,7 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
                   docs_url=None, redoc_url=None, openapi_url=None)
     app.state.settings = settings  # the guard reads it from the first request on
     app.state.streams = events.StreamCounter()
+    app.state.models = ModelCache(settings.model_loads_per_minute)  # the sample box's and neighbours' models
     app.add_middleware(BodyLimitMiddleware, settings=settings)
     if is_loopback(host or settings.host):
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=[*LOOPBACK_NAMES, *settings.allowed_hosts])
@@ -94,18 +97,9 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
         """FastAPI's 422, made safe for inputs JSON or UTF-8 cannot hold (``NaN``, a lone surrogate): shown as text."""
         return JSONResponse({"detail": json_safe(jsonable_encoder(exc.errors()))}, status_code=422)
 
-    app.include_router(reports.router)
-    app.include_router(runs.router)
-    app.include_router(export.router)
-    app.include_router(events.router)
-    app.include_router(benchmarks.router)
-    app.include_router(sweeps.router)
-    app.include_router(catalog.router)
-    app.include_router(catalog.health_router)
-    app.include_router(pages.router)
-    app.include_router(sweep_pages.router)
-    app.include_router(login.router)
-    app.include_router(api_docs.router)
+    for router in (reports.router, runs.router, export.router, events.router, benchmarks.router, sweeps.router,
+                   catalog.router, catalog.health_router, pages.router, sweep_pages.router, login.router, api_docs.router):
+        app.include_router(router)  # reports before runs: /api/runs/reported is not a run id
     app.mount("/static", CachedStaticFiles(directory=STATIC), name="static")
     return app
 

@@ -17,7 +17,6 @@ Paths are matched below the app's root path (``TINYGPT_ROOT_PATH``), so the rule
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import ipaddress
 import json
@@ -30,7 +29,10 @@ from starlette._utils import get_route_path
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .db import session_scope
 from .errors import AppError
+from .redaction import show_secrets
+from .services.sessions import session_is_valid
 from .settings import Settings
 from .templating import templates
 
@@ -41,6 +43,7 @@ PRIVATE_READ_SUFFIXES = ("/checkpoint",)  # files: never open to anyone, even wi
 LOOPBACK_NAMES = ("127.0.0.1", "localhost")
 UPLOAD_PATHS = frozenset({"/api/datasets", "/partials/datasets", "/api/runs/import"})
 CHECKPOINT_UPLOAD = re.compile(r"/api/runs/\d+/checkpoint")
+MODEL_QUERIES = re.compile(r"/api/runs/\d+/(sample|neighbors)")
 
 
 class Unauthorized(AppError):
@@ -56,7 +59,9 @@ class BindError(ValueError):
 
 
 def is_loopback(host: str) -> bool:
-    """>>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("0.0.0.0")
+    """Whether ``host`` is this machine only.
+
+    >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("0.0.0.0")
     (True, True, False)
     """
     if host == "localhost":
@@ -74,23 +79,22 @@ def check_bind(settings: Settings, host: str) -> None:
                         "or bind to 127.0.0.1")
 
 
-def session_value(token: SecretStr) -> str:
-    """What the login cookie holds: derived from the token, so the cookie never carries the token itself."""
-    return hmac.new(token.get_secret_value().encode(), b"tinygpt browser session", hashlib.sha256).hexdigest()
-
-
 def token_matches(presented: str, token: SecretStr) -> bool:
     """Constant-time comparison (the time taken does not tell how much of a guess was right)."""
     return hmac.compare_digest(presented.encode(), token.get_secret_value().encode())
 
 
 def has_credentials(request: Request, token: SecretStr) -> bool:
-    """The bearer token or the login cookie, each compared in constant time."""
+    """The bearer token (compared in constant time), or the cookie of a live login session
+    (``app/services/sessions.py``: expires, ends at logout and when the token changes)."""
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer" and token_matches(value.strip(), token):
         return True
     cookie = request.cookies.get(SESSION_COOKIE)
-    return cookie is not None and hmac.compare_digest(cookie.encode(), session_value(token).encode())
+    if not cookie:
+        return False
+    with session_scope(request.app.state.settings) as session:
+        return session_is_valid(session, secret=cookie, token=token)
 
 
 def from_this_site(request: Request) -> bool:
@@ -118,12 +122,27 @@ def is_api(path: str) -> bool:
 
 
 def needs_token(request: Request, settings: Settings) -> bool:
-    """Whether this request must carry the token (a token is set; see the module docstring)."""
+    """Whether this request must carry the token (a token is set; see the module docstring). Asking a run's
+    model (sample, nearest tokens: each may load a checkpoint) is open to readers only with
+    ``TINYGPT_PUBLIC_SAMPLING``."""
     path = route_path(request.scope)
     if path in OPEN_PATHS:
         return False
+    if MODEL_QUERIES.fullmatch(path):
+        return not model_queries_open(settings)
     public_read = settings.public_read and request.method in ("GET", "HEAD")
     return not public_read or path.endswith(PRIVATE_READ_SUFFIXES)
+
+
+def model_queries_open(settings: Settings) -> bool:
+    """Readers without the token may ask runs' models."""
+    return settings.public_read and settings.public_sampling
+
+
+def may_query_model(request: Request) -> bool:
+    """Whether the visitor may ask a run's model (the run page shows the sample box only then)."""
+    settings: Settings = request.app.state.settings
+    return settings.api_token is None or request.state.signed_in or model_queries_open(settings)
 
 
 async def guard(request: Request) -> None:
@@ -134,6 +153,7 @@ async def guard(request: Request) -> None:
         raise Forbidden("cross-site request refused: submit the form from this dashboard's own pages")
     token = settings.api_token
     request.state.signed_in = token is not None and has_credentials(request, token)
+    show_secrets(token is None or request.state.signed_in)  # webhook URLs: app/redaction.py
     if token is not None and not request.state.signed_in and needs_token(request, settings):
         raise Unauthorized("this dashboard needs its API token: send `Authorization: Bearer TOKEN`, "
                            "or log in at /login")

@@ -10,9 +10,21 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AfterValidator, AnyUrl, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    AnyUrl,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as PydanticSettingsError
+
+from tinygpt.paths import DEFAULT_HOME, Paths
+
+from .webhook_policy import ReceiverPolicy, RunWebhooks, parse_allow_entry
 
 
 def check_webhook_url(url: AnyUrl) -> AnyUrl:
@@ -28,7 +40,7 @@ WebhookUrl = Annotated[AnyUrl, AfterValidator(check_webhook_url)]
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TINYGPT_", extra="ignore")
 
-    home: Path = Field(default=Path("~/.tinygpt"), description="data folder: database, runs, datasets, caches")
+    home: Path = Field(default=DEFAULT_HOME, description="data folder: database, runs, datasets, caches")
     database_url: str | None = Field(default=None, description="SQLAlchemy URL; default sqlite:///$TINYGPT_HOME/tinygpt.db")
     shared_dir: Path | None = Field(default=None, description="folder for run folders and uploads that workers on "
                                     "other machines reach (a network file system mounted at the same path on "
@@ -41,13 +53,25 @@ class Settings(BaseSettings):
                                         "or the login page's cookie); required when `host` is not a loopback address")
     public_read: bool = Field(default=False, description="with a token set, let anyone read (GET) the pages, the "
                               "JSON API and the event streams without it: run names, configs, metrics, samples (text "
-                              "generated from your corpus) and dataset names; checkpoints and every change still "
-                              "need the token")
+                              "generated from your corpus) and dataset names; checkpoints, webhook URLs (shown as "
+                              "scheme and host only), the model's answers (see `TINYGPT_PUBLIC_SAMPLING`) and every "
+                              "change still need the token")
+    public_sampling: bool = Field(default=False, description="with `TINYGPT_PUBLIC_READ`, also let readers without "
+                                  "the token ask a run's model: the sample box and nearest tokens (each loads a "
+                                  "checkpoint: bounded by `TINYGPT_MODEL_LOADS_PER_MINUTE`)")
+    model_loads_per_minute: int = Field(default=20, ge=1, le=10_000, description="checkpoints loaded for sampling "
+                                        "and nearest tokens per minute, over the whole app (a cached model costs "
+                                        "nothing); more are answered 429")
+    session_days: float = Field(default=7.0, gt=0, le=3650, description="how long a browser's login lasts; "
+                                "`/logout` ends it at once, and a new `TINYGPT_API_TOKEN` ends every one")
     root_path: str = Field(default="", description="path prefix the dashboard is served under behind a reverse "
                            "proxy that strips it, e.g. `/tinygpt` (README, Behind a reverse proxy)")
-    forwarded_allow_ips: str = Field(default="127.0.0.1", description="addresses of the reverse proxies whose "
+    forwarded_allow_ips: str = Field(default="", description="addresses of the reverse proxies whose "
                                      "`X-Forwarded-For`/`-Proto` headers are trusted (comma-separated, `*` for "
-                                     "any); passed to uvicorn")
+                                     "any); default none: a client's address is the connection's own")
+    access_log: bool = Field(default=False, description="log a line for every request the app answers (errors "
+                             "are logged either way); off by default: a watched run's page asks many times a "
+                             "minute, and each line costs about a tenth of the app's CPU under load")
     allowed_hosts: list[str] = Field(default_factory=list, description="more host names the app answers to while "
                                      "bound to a loopback address (it answers only to 127.0.0.1 and localhost "
                                      "otherwise, against DNS rebinding); a JSON list")
@@ -55,7 +79,10 @@ class Settings(BaseSettings):
     max_checkpoint_mb: float = Field(default=500.0, description="largest checkpoint a reported or imported run "
                                      "may upload, in MB")
     max_request_kb: int = Field(default=1024, description="largest body of any other request, in KB")
-    max_streams_per_client: int = Field(default=50, description="event streams one client address may hold open at once")
+    max_streams_per_client: int = Field(default=50, ge=1, description="event streams one client address may hold "
+                                        "open at once")
+    max_streams: int = Field(default=500, ge=1, description="event streams open at once on the whole app, from "
+                             "all clients together")
     max_steps: int = Field(default=1_000_000, description="largest `steps` a run may ask for")
     sample_max_tokens: int = Field(default=2000, description="largest `max_tokens` of a sample request")
     job_memory_mb: int | None = Field(default=None, ge=64, description="address-space cap of each job process, "
@@ -70,7 +97,17 @@ class Settings(BaseSettings):
                             "about 0.4 s of its submission instead of 5.5 s (each run still gets a fresh process)")
     webhook_urls: list[WebhookUrl] = Field(default_factory=list, description="webhooks (http or https) that receive "
                                        "every alert of every run and sweep as a JSON POST with a `text` line for "
-                                       "Slack, Discord and Mattermost; a JSON list")
+                                       "Slack, Discord and Mattermost; a JSON list. Public receivers only, unless "
+                                       "allowed by `TINYGPT_WEBHOOK_ALLOW`")
+    webhook_allow: list[str] = Field(default_factory=list, description="host names and address ranges (CIDR) that "
+                                     "webhooks may reach although they are not public, e.g. "
+                                     "`[\"10.0.0.0/8\", \"hooks.lan\"]`: a receiver on your own network; a JSON list")
+    run_webhooks: RunWebhooks = Field(default="any-public", description="what a run's own webhook URLs "
+                                      "(`notify.urls`) may be: `any-public` (a public receiver, or an allowed one), "
+                                      "`allow-list` (only those of `TINYGPT_WEBHOOK_ALLOW`) or `off` (none: only "
+                                      "`TINYGPT_WEBHOOK_URLS`)")
+    report_to: str | None = Field(default=None, description="the dashboard that `tinygpt train --report-to`, "
+                                  "`tinygpt sync` and `tinygpt import` talk to when no URL is given")
     public_url: str | None = Field(default=None, description="the dashboard's address as people reach it, for the "
                                    "links in alerts; default http://HOST:PORT")
     stall_after_sec: float = Field(default=60.0, gt=0, description="a running run with no step for this long, or "
@@ -80,6 +117,27 @@ class Settings(BaseSettings):
     event_window_sec: float = Field(default=60.0, ge=1, le=86_400, description="how long a run's metric events stay "
                                     "in the event outbox for pages that reconnect; older rows are read from its "
                                     "metrics history")
+
+    @field_validator("webhook_allow")
+    @classmethod
+    def _allow_entries(cls, v: list[str]) -> list[str]:
+        for entry in v:
+            parse_allow_entry(entry)
+        return v
+
+    @model_validator(mode="after")
+    def _webhooks_allowed(self) -> Settings:
+        policy = self.receiver_policy
+        for url in self.webhook_urls:
+            problem = policy.submission_problem(str(url), per_run=False)
+            if problem:
+                raise ValueError(f"TINYGPT_WEBHOOK_URLS: {url}: {problem}")
+        return self
+
+    @property
+    def receiver_policy(self) -> ReceiverPolicy:
+        """Where webhooks may go (``app/webhook_policy.py``)."""
+        return ReceiverPolicy.of(self.webhook_allow, self.run_webhooks)
 
     @field_validator("root_path")
     @classmethod
@@ -121,6 +179,12 @@ class Settings(BaseSettings):
     def holmes_corpus(self) -> Path:
         return self.holmes_path.expanduser() if self.holmes_path else self.datasets_dir / "holmes.txt"
 
+    def library_paths(self) -> Paths:
+        """What the library's commands (train, sample, sync, ...) read, from these settings."""
+        token = self.api_token.get_secret_value() if self.api_token is not None else None
+        return Paths(home=self.home_dir, holmes_override=self.holmes_corpus(), report_to=self.report_to,
+                     api_token=token)
+
 
 class SettingsError(ValueError):
     """A ``TINYGPT_*`` variable with a value the settings refuse: one line naming it."""
@@ -136,5 +200,7 @@ def get_settings() -> Settings:
         raise SettingsError(f"{name}: not valid JSON (a list is written [\"a\", \"b\"])") from None
     except ValidationError as exc:
         first = exc.errors()[0]
-        name = "TINYGPT_" + str(first["loc"][0]).upper() if first["loc"] else "a TINYGPT_ setting"
-        raise SettingsError(f"{name}: {first['msg'].removeprefix('Value error, ')}") from None
+        message = first["msg"].removeprefix("Value error, ")
+        if first["loc"]:  # a field's own check; a check across fields names its setting in the message
+            message = f"TINYGPT_{str(first['loc'][0]).upper()}: {message}"
+        raise SettingsError(message) from None

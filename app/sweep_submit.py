@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
+from tinygpt.dashboard_client import DashboardClient, DashboardError, DashboardRejected, DashboardUnreachable
 
 from .db import init_db, session_scope
 from .errors import AppError, Invalid
@@ -22,20 +20,17 @@ def submit_local(text: str, settings: Settings) -> dict:
 
 
 def submit_remote(text: str, url: str, settings: Settings) -> dict:
-    """POST /api/sweeps with the config as JSON (and the API token, when one is set)."""
+    """POST /api/sweeps with the config as JSON (and the API token, when one is set), through the library's
+    dashboard client: one-line errors, and no redirect followed (the token stays with the address given)."""
     body = parse_sweep_text(text).model_dump(mode="json", exclude_none=True)
-    headers = {"Content-Type": "application/json"}
-    if settings.api_token is not None:
-        headers["Authorization"] = f"Bearer {settings.api_token.get_secret_value()}"
-    request = urllib.request.Request(f"{url.rstrip('/')}/api/sweeps", data=json.dumps(body).encode(),
-                                     headers=headers, method="POST")
+    token = settings.api_token.get_secret_value() if settings.api_token is not None else None
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        detail = json.loads(exc.read() or b"{}").get("detail", exc.reason)
-        if isinstance(detail, list) and detail:
-            raise Invalid(detail[0]["msg"], field=".".join(str(p) for p in detail[0]["loc"][1:])) from None
-        raise AppError(str(detail), status_code=exc.code) from None
-    except urllib.error.URLError as exc:
-        raise AppError(f"cannot reach {url}: {exc.reason}") from None
+        client = DashboardClient(url, token, timeout=60)
+        return client.create_sweep(body)
+    except DashboardRejected as exc:
+        field, _, message = str(exc).partition(": ")
+        if message and exc.status == 422:
+            raise Invalid(message, field=field) from None
+        raise AppError(str(exc), status_code=exc.status) from None
+    except (DashboardError, DashboardUnreachable) as exc:
+        raise AppError(str(exc)) from None

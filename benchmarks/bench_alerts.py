@@ -61,7 +61,7 @@ def webhooks(rounds: int = 3) -> dict:
     receiver = Receiver(delay=0.2)
     url = f"{receiver.url}/hook"
     with tempfile.TemporaryDirectory() as tmp:
-        home = Home(Path(tmp) / "home", holmes_path(), {"TINYGPT_WEBHOOK_URLS": json.dumps([url])})
+        home = Home(Path(tmp) / "home", holmes_path(), {"TINYGPT_WEBHOOK_URLS": json.dumps([url]), "TINYGPT_WEBHOOK_ALLOW": '["127.0.0.1"]'})
         home.path.mkdir()
         app, worker = AppServer(home), Worker(home, "bench")
         try:

@@ -46,9 +46,9 @@ def add_run(home: Home, rows: int, *, name: str) -> int:
 
     from app.db import init_db, session_scope
     from app.models import Event, EventType, Metric, Run, RunStatus, utcnow
+    from app.services.lifecycle import change_status
     from app.services.metric_blocks import rebuild_blocks
     from app.services.outbox import compact_outbox
-    from app.services.runs import set_status
 
     settings = settings_for(home)
     init_db(settings)
@@ -69,7 +69,7 @@ def add_run(home: Home, rows: int, *, name: str) -> int:
             s.execute(insert(Event), [{"run_id": run_id, "type": EventType.metric, "data": r} for r in batch])
     with session_scope(settings) as s:
         rebuild_blocks(s, run_id=run_id)
-        set_status(s, s.get(Run, run_id), RunStatus.succeeded, finished_at=utcnow())
+        change_status(s, s.get(Run, run_id), RunStatus.succeeded, settings=settings, finished_at=utcnow())
         s.commit()
         compact_outbox(s, written_before=utcnow() + timedelta(seconds=1))
     return run_id

@@ -49,6 +49,14 @@ def page(browser) -> Iterator:  # noqa: ANN001
     assert pg.js_errors == [], f"JavaScript errors: {pg.js_errors}"
 
 
+def fill_run_form(page, **values: object) -> None:  # noqa: ANN001
+    """The new-run form for a quick run on the CPU in fp32, then ``values`` typed into the inputs of those names."""
+    page.select_option("select[name=device]", "cpu")
+    page.select_option("select[name=precision]", "fp32")
+    for name, value in values.items():
+        page.fill(f"input[name={name}]", str(value))
+
+
 def shot(page, name: str) -> None:  # noqa: ANN001
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)

@@ -3,6 +3,8 @@ a small tokenizer trained once per session, and a factory for tiny training conf
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import shutil
 import tempfile
@@ -76,6 +78,55 @@ def splits(slice_tokens: torch.Tensor) -> Splits:
     return Splits.from_tokens(slice_tokens, 128)
 
 
+def checkpoint_file(path: Path, tokenizer: dict, **sizes: object) -> Path:
+    """A small but real checkpoint (a 1-layer model over ``tokenizer``), written as the trainer writes them."""
+    from tinygpt.checkpoint import save_checkpoint
+    from tinygpt.model import GPT, GPTConfig
+
+    config = GPTConfig(**{"vocab_size": 512, "context": 16, "d_model": 16, "n_heads": 2, "n_layers": 1, **sizes})
+    torch.manual_seed(0)
+    save_checkpoint(path, {"model": GPT(config).state_dict(), "model_config": config.to_dict(), "step": 10,
+                           "best_val_loss": 4.5, "tokenizer": tokenizer})
+    return path
+
+
+@pytest.fixture
+def write_checkpoint(small_tokenizer: Tokenizer):
+    """Factory: :func:`checkpoint_file` over the slice's 512-token tokenizer, or ``tokenizer`` (a dict as a
+    checkpoint holds it)."""
+
+    def write(path: Path, *, tokenizer: dict | None = None, **sizes: object) -> Path:
+        return checkpoint_file(path, tokenizer or small_tokenizer.to_dict(), **sizes)
+
+    return write
+
+
+IMPORTED_RUN = {"name": "imported", "device": "cpu", "precision": "fp32",
+                "config": {"preset": "tiny", "steps": 10, "eval_every": 10},
+                "metrics": [{"step": s, "train_loss": 5.0 - s / 10, "val_loss": 4.5 if s == 10 else None, "lr": 1e-3,
+                             "tokens_per_sec": 1000.0, "elapsed_sec": s / 10, "tokens_seen": 100 * s, "epochs": 0.0,
+                             "peak_mem_mib": 100.0} for s in range(11)],
+                "samples": [{"step": 10, "prompt": "Holmes", "text": "Holmes said"}]}
+
+
+@pytest.fixture
+def imported_run():
+    """Factory: an imported run on an in-process app (``make_app``'s client), with ``checkpoint`` uploaded
+    when given; its id."""
+
+    def make(client, checkpoint: Path | None = None, headers: dict | None = None, **fields: object) -> int:  # noqa: ANN001
+        response = client.post("/api/runs/import", json={**IMPORTED_RUN, **fields}, headers=headers)
+        assert response.status_code == 201, response.text
+        run_id = response.json()["id"]
+        if checkpoint is not None:
+            uploaded = client.put(f"/api/runs/{run_id}/checkpoint", content=checkpoint.read_bytes(),
+                                  headers={**(headers or {}), "Content-Type": "application/octet-stream"})
+            assert uploaded.status_code == 200, uploaded.text
+        return run_id
+
+    return make
+
+
 @pytest.fixture(scope="session")
 def warm_cache(slice_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny preset's 4,096-token tokenizer on the slice, trained once; service homes copy it."""
@@ -84,6 +135,47 @@ def warm_cache(slice_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     tok = load_or_train_tokenizer(text, 4096, cache)
     encode_corpus(text, tok, cache)
     return cache
+
+
+@pytest.fixture
+def make_app(tmp_path: Path, slice_path: Path):  # noqa: ANN201
+    """Factory: the app built in this process (``create_app``) over a real SQLite file in a fresh home, with
+    these settings, and a client for it (Starlette's, started: the app's start-up and shut-down run). For
+    request/response behaviour; what is about processes starts real ones (tests/service_helpers.py)."""
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+    from app.settings import Settings
+
+    homes = itertools.count()
+    with contextlib.ExitStack() as stack:
+
+        def make(**settings: object) -> TestClient:
+            home = tmp_path / f"home-{next(homes)}"  # each app its own, unless ``home`` is given
+            app = create_app(Settings(**{"home": home, "holmes_path": slice_path, **settings}))
+            return stack.enter_context(TestClient(app, base_url="http://127.0.0.1"))
+
+        yield make
+
+
+@pytest.fixture(scope="module")
+def start_service(tmp_path_factory: pytest.TempPathFactory, slice_path: Path, warm_cache: Path):  # noqa: ANN201
+    """Factory for a module's real service: a fresh home (``TINYGPT_*`` settings as keywords), its app process
+    and a worker process per name in ``workers``; all stopped when the module's tests are done (or sooner:
+    ``Service.stop``)."""
+    from .service_helpers import AppServer, Service, Worker, make_home
+
+    started: list[Service] = []
+
+    def start(name: str, *, workers: tuple[str, ...] = (), **env: object) -> Service:
+        home = make_home(tmp_path_factory.mktemp(name), slice_path, warm_cache, **env)
+        service = Service(home, AppServer(home), [Worker(home, w) for w in workers])
+        started.append(service)
+        return service
+
+    yield start
+    for service in reversed(started):
+        service.stop()
 
 
 @pytest.fixture(scope="session")

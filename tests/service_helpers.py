@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import io
 import json
 import os
 import shutil
@@ -12,10 +15,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
 
 import httpx
+import pytest
+
+from worker.registry import process_alive
 
 ROOT = Path(__file__).resolve().parent.parent
+TINY = {"preset": "tiny", "device": "cpu", "precision": "fp32", "batch_size": 4, "seed": 7, "eval_batches": 2}  # a run in seconds
 
 
 def free_port() -> int:
@@ -54,6 +62,86 @@ class Home:
     def seed_cache(self, cache: Path) -> None:
         """Reuse tokenizers/encoded corpora trained once per test session."""
         shutil.copytree(cache, self.path / "cache", dirs_exist_ok=True)
+
+
+def start_tinygpt(*args: object, env: dict | None = None, module: str = "app.cli", cwd: Path = ROOT,
+                  **popen: object) -> subprocess.Popen:
+    """The ``tinygpt`` command as a process: the installed one (``app.cli``: the library's commands plus the
+    dashboard's), or the library alone (``module="tinygpt"``); ``env`` default: this process's."""
+    return subprocess.Popen([sys.executable, "-m", module, *map(str, args)], cwd=cwd,
+                            env=os.environ.copy() if env is None else env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **popen)
+
+
+def run_tinygpt(*args: object, env: dict | None = None, module: str = "app.cli", cwd: Path = ROOT,
+                timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess:
+    """:func:`start_tinygpt` to its end; ``check``: fail the test on a non-zero exit, showing its output."""
+    proc = start_tinygpt(*args, env=env, module=module, cwd=cwd)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    return checked(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), check)
+
+
+def checked(done: subprocess.CompletedProcess, check: bool) -> subprocess.CompletedProcess:
+    """``done``; with ``check``, a failed test on a non-zero exit, showing the command's output."""
+    if check and done.returncode != 0:
+        raise AssertionError(f"exit {done.returncode}\nstdout: {done.stdout}\nstderr: {done.stderr}")
+    return done
+
+
+def tinygpt_here(*args: object, env: dict | None = None, module: str = "app.cli", cwd: Path | None = None,
+                 check: bool = False) -> subprocess.CompletedProcess:
+    """The ``tinygpt`` command run inside the test process, for what is not about processes (argument errors,
+    one-line messages, printed tables): a process would spend ~3 s importing torch. ``env`` replaces the
+    environment while it runs; exit code, stdout and stderr come back (and ``check``) as from :func:`run_tinygpt`."""
+    import torch
+
+    from app.settings import get_settings
+
+    main = importlib.import_module(module).main
+    out, err = io.StringIO(), io.StringIO()
+    threads = torch.get_num_threads()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(contextlib.redirect_stdout(out))
+        stack.enter_context(contextlib.redirect_stderr(err))
+        stack.enter_context(contextlib.chdir(cwd or Path.cwd()))
+        stack.enter_context(mock.patch.dict(os.environ, env or {}, clear=env is not None))
+        stack.callback(torch.set_num_threads, threads)  # `--threads` sets them for the whole process
+        stack.callback(get_settings.cache_clear)
+        get_settings.cache_clear()
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exc:  # argparse's errors
+            code = exc.code if isinstance(exc.code, int) else 1
+    return checked(subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue()), check)
+
+
+def make_home(tmp_path: Path, slice_path: Path, warm_cache: Path, **extra_env: object) -> Home:
+    """A fresh home under ``tmp_path`` whose caches (tokenizer, encoded corpus) are the session's."""
+    home = Home(tmp_path / "home", slice_path, {k: str(v) for k, v in extra_env.items()})
+    home.path.mkdir()
+    home.seed_cache(warm_cache)
+    return home
+
+
+def create(client: httpx.Client, **body: object) -> dict:
+    """A tiny run (TINY, then ``body``) through the API; its JSON."""
+    response = client.post("/api/runs", json={**TINY, **body})
+    assert response.status_code == 201, response.text
+    return response.json()[0]
+
+
+def run_status(client: httpx.Client, run_id: int) -> str:
+    return client.get(f"/api/runs/{run_id}").json()["status"]
+
+
+def engine_independent(home: Home) -> None:
+    """Skip the PostgreSQL run of a test whose subject does not touch the database engine."""
+    if "TINYGPT_DATABASE_URL" in home.extra_env:
+        pytest.skip("does not depend on the database engine: run on SQLite only")
 
 
 class Proc:
@@ -111,6 +199,45 @@ class Worker(Proc):
     def __init__(self, home: Home, name: str | None, devices: str = "cpu", log_name: str | None = None) -> None:
         args = ["worker", "--devices", devices] + (["--name", name] if name else [])
         super().__init__(args, home, f"worker-{log_name or name}")
+
+
+def job_pid(home: Home, run_id: int) -> int | None:
+    """The pid of the job training ``run_id`` (from the database: SQLite or PostgreSQL alike)."""
+    from app.db import session_scope
+    from app.models import Run
+    from app.settings import Settings
+
+    with session_scope(Settings(home=home.path, database_url=home.extra_env.get("TINYGPT_DATABASE_URL"))) as s:
+        return s.get(Run, run_id).pid
+
+
+def crash_worker(worker: Worker, home: Home, run_id: int) -> None:
+    """The machine dies under a worker and the job training ``run_id``: both end at once, the job with no chance to
+    checkpoint (a worker killed alone has its jobs stop at a step boundary: worker/parent.py). The worker is
+    stopped first, so that it cannot see its job die and record it."""
+    pid = job_pid(home, run_id)
+    worker.signal(signal.SIGSTOP)
+    try:
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: not process_alive(pid), timeout=10, interval=0.01, message=f"job {pid} to die")
+    finally:
+        worker.signal(signal.SIGKILL)
+        worker.popen.wait()
+
+
+@dataclass
+class Service:
+    """A home with its app and workers (tests/conftest.py, ``start_service``)."""
+
+    home: Home
+    app: AppServer
+    workers: list[Worker]
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        self.app.stop()
 
 
 def read_events(url: str, *, last_event_id: int | None = None, timeout: float = 120, until_end: bool = True,

@@ -1,7 +1,8 @@
 """With a token set, nothing is readable without it: every route of the app (the OpenAPI schema's
 operations, the pages, the API docs) answers 401 to a client without the token and works with it,
 except ``/healthz``, ``/login``/``/logout`` and the static assets. With ``TINYGPT_PUBLIC_READ=true``
-the reads open up, but never the checkpoint files, and every change still needs the token.
+the reads open up, but never the checkpoint files or the model's answers (sample, nearest tokens), every
+change still needs the token, and no response shows a webhook URL (the public-read matrix).
 
 The routes are listed from the app itself, so a route added later is covered without editing this
 test (a GET route with a required query parameter needs an example in ``QUERY``)."""
@@ -17,16 +18,21 @@ from fastapi.routing import APIRoute, iter_route_contexts
 from app.main import create_app
 from app.settings import Settings
 
-from .service_helpers import AppServer, Home, Worker, wait_for
+from .conftest import IMPORTED_RUN, checkpoint_file
+from .service_helpers import AppServer, Home
 
 TOKEN = "access-test-token-0123456789"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 OPEN = {"/healthz", "/login", "/logout"}
 PRIVATE_FILES = {"/api/runs/{run_id}/checkpoint"}
-QUERY = {"/api/compare": "ids={run},{run}", "/api/export": "ids={run}", "/compare": "ids={run},{run}", "/api/runs/{run_id}/neighbors": "word=%20the"}
+MODEL_QUERIES = {"/api/runs/{run_id}/neighbors", "/api/runs/{run_id}/sample"}  # open with TINYGPT_PUBLIC_SAMPLING
+HOOK = "https://hooks.example.com/services/T000/B000/secret-webhook-path"  # "stalled" only: never sent here
+NOTIFY = {"events": ["stalled"], "urls": [HOOK]}
+QUERY = {"/api/compare": "ids={run},{run}", "/api/export": "ids={run}", "/compare": "ids={run},{run}", "/api/runs/{run_id}/neighbors": "word=%20the",
+         "/new": "from={run}"}
 SWEEP = 1  # the site's one sweep (its trials stay queued)
 SWEEP_BODY = {"method": "grid", "parameters": {"lr": {"values": [0.01]}},
-              "base": {"preset": "tiny", "device": "cpu", "steps": 2}}
+              "base": {"preset": "tiny", "device": "cpu", "steps": 2, "notify": NOTIFY}}
 BENCHMARK_PATHS = {"/api/benchmarks/{run_id}", "/benchmarks/{run_id}", "/partials/benchmarks/{run_id}/cells"}
 
 
@@ -41,24 +47,19 @@ GUARDED = [r for r in ROUTES if r[1] not in OPEN]
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory, slice_path, warm_cache):
-    """A token-guarded app with one trained run (checkpoint, samples) and one benchmark; the worker is
-    stopped afterwards, so runs created by the tests stay queued."""
+def site(tmp_path_factory, slice_path, small_tokenizer):
+    """A token-guarded app (no worker: runs created by the tests stay queued) with one finished run (an import,
+    with samples and a checkpoint), one benchmark and one sweep."""
     home = Home(tmp_path_factory.mktemp("access") / "home", slice_path, {"TINYGPT_API_TOKEN": TOKEN})
     home.path.mkdir()
-    home.seed_cache(warm_cache)
     app = AppServer(home)
-    worker = Worker(home, "access")
+    checkpoint = checkpoint_file(home.path / "best.pt", small_tokenizer.to_dict())
     with httpx.Client(base_url=app.url, headers=BEARER, timeout=30) as c:
-        run = c.post("/api/runs", json={"preset": "tiny", "device": "cpu", "precision": "fp32", "steps": 4,
-                                        "batch_size": 2, "eval_every": 2}).json()[0]["id"]
+        config = {**IMPORTED_RUN["config"], "notify": NOTIFY}
+        run = c.post("/api/runs/import", json={**IMPORTED_RUN, "config": config}).json()["id"]
+        assert c.put(f"/api/runs/{run}/checkpoint", content=checkpoint.read_bytes()).status_code == 200
         bench = c.post("/api/benchmarks", json={"preset": "tiny", "device": "cpu", "batch_sizes": [2],
                                                 "precisions": ["fp32"], "steps": 1, "warmup": 0}).json()["run"]["id"]
-        for run_id in (run, bench):
-            wait_for(lambda r=run_id: c.get(f"/api/runs/{r}").json()["status"] == "succeeded", timeout=180,
-                     message=f"run {run_id} to succeed")
-    worker.stop()
-    with httpx.Client(base_url=app.url, headers=BEARER, timeout=30) as c:
         assert c.post("/api/sweeps", json=SWEEP_BODY).json()["id"] == SWEEP
     public = AppServer(Home(home.path, slice_path, {"TINYGPT_API_TOKEN": TOKEN, "TINYGPT_PUBLIC_READ": "true"}))
     yield app, public, run, bench
@@ -116,10 +117,24 @@ def test_public_read_opens_reads_but_not_files_or_changes(site, method, path):
             assert "needs its API token" not in c.request(method, path).text
             return
         status = status_of(c, method, url_of(path, run, bench), json={})
-    if method == "GET" and path not in PRIVATE_FILES:
+    if method == "GET" and path not in PRIVATE_FILES | MODEL_QUERIES:
         assert status == 200
     else:
         assert status == 401
+
+
+@pytest.mark.parametrize("path", [p for m, p in GUARDED if m == "GET" and not p.endswith("/events")
+                                  and p not in PRIVATE_FILES | MODEL_QUERIES])
+def test_readers_never_see_a_webhook_url(site, path):
+    """The public-read matrix: every page and API read, as a reader sees it, holds no webhook URL (a Slack or
+    Discord URL is the key to post there); its host is shown, and token holders see the whole URL."""
+    app, public, run, bench = site
+    body = httpx.get(f"{public.url}{url_of(path, run, bench)}", timeout=30).text
+    assert "secret-webhook-path" not in body
+    if path in ("/api/runs/{run_id}", "/runs/{run_id}", "/api/sweeps/{sweep_id}", "/new"):
+        assert "https://hooks.example.com/…" in body
+        with httpx.Client(base_url=app.url, headers=BEARER, timeout=30) as c:
+            assert HOOK in c.get(url_of(path, run, bench)).text
 
 
 def test_static_assets_and_health_stay_open(site):

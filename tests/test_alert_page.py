@@ -11,8 +11,7 @@ import sqlite3
 import pytest
 
 from .browser import needs_chromium, open_page, shot
-from .service_helpers import AppServer, Worker, read_events, wait_for
-from .test_service import make_home
+from .service_helpers import read_events, wait_for
 
 pytestmark = needs_chromium
 
@@ -29,13 +28,9 @@ window.Notification = class extends RealNotification {
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory, slice_path, warm_cache):
-    home = make_home(tmp_path_factory.mktemp("alert-pages"), slice_path, warm_cache, TINYGPT_STALL_AFTER_SEC="3")
-    app = AppServer(home)
-    worker = Worker(home, "pages")
-    yield home, app
-    worker.stop()
-    app.stop()
+def site(start_service):
+    service = start_service("alert-pages", workers=("pages",), TINYGPT_STALL_AFTER_SEC="3")
+    return service.home, service.app
 
 
 @pytest.mark.slow  # 40 s on 2 cores: a stall watched on the page, then an early-stopped run

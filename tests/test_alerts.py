@@ -14,8 +14,7 @@ import sys
 import httpx
 import pytest
 
-from .service_helpers import ROOT, AppServer, Worker, free_port, read_events, wait_for
-from .test_service import make_home
+from .service_helpers import ROOT, AppServer, Worker, free_port, make_home, read_events, wait_for
 from .webhook_receiver import Receiver
 
 TOKEN = "alerts-test-token-3b1f"
@@ -28,6 +27,9 @@ DIVERGES = {**BASE, "precision": "fp16", "lr": 1.0, "warmup": 100, "steps": 200,
             "vocab_size": 512}
 
 
+LOCAL_RECEIVERS = '["127.0.0.1"]'  # the tests' receivers listen on loopback: allowed, as an operator would
+
+
 @pytest.fixture(scope="module")
 def receiver():
     r = Receiver()
@@ -37,8 +39,9 @@ def receiver():
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory, slice_path, warm_cache, receiver):
-    home = make_home(tmp_path_factory.mktemp("alerts"), slice_path, warm_cache, TINYGPT_API_TOKEN=TOKEN,
+    home = make_home(tmp_path_factory.mktemp("alerts"), slice_path, warm_cache, TINYGPT_API_TOKEN=TOKEN, TINYGPT_WARM_JOBS="true",
                      TINYGPT_WEBHOOK_URLS=json.dumps([f"{receiver.url}/hook"]), TINYGPT_PUBLIC_URL=PUBLIC,
+                     TINYGPT_WEBHOOK_ALLOW=LOCAL_RECEIVERS,
                      TINYGPT_STALL_AFTER_SEC="3")
     app = AppServer(home)
     worker = Worker(home, "alerts")
@@ -172,7 +175,8 @@ def test_each_alert_is_sent_once_across_restarts_and_a_dead_receiver_costs_nothi
     """Alerts pending while their worker stops are sent once by the next; nothing sent is sent again."""
     receiver = Receiver()  # its own: the module's receiver also hears the other tests' runs, whose ids are these
     dead = f"http://127.0.0.1:{free_port()}/nobody-listens"
-    home = make_home(tmp_path, slice_path, warm_cache, TINYGPT_WEBHOOK_URLS=json.dumps([f"{receiver.url}/restart"]))
+    home = make_home(tmp_path, slice_path, warm_cache, TINYGPT_WEBHOOK_URLS=json.dumps([f"{receiver.url}/restart"]),
+                     TINYGPT_WEBHOOK_ALLOW=LOCAL_RECEIVERS)
     app, worker = AppServer(home), Worker(home, "first")
     try:
         with app.client() as c:
@@ -186,8 +190,14 @@ def test_each_alert_is_sent_once_across_restarts_and_a_dead_receiver_costs_nothi
         assert first["status"] == second["status"] == "succeeded"
         assert_told_once(receiver, events_1)
         assert_told_once(receiver, events_2)
-        with sqlite3.connect(home.path / "tinygpt.db") as db:
-            rows = db.execute("select url, state, attempts from webhook_deliveries order by id").fetchall()
+
+        def deliveries() -> list[tuple[str, str, int]]:
+            with sqlite3.connect(home.path / "tinygpt.db") as db:
+                return db.execute("select url, state, attempts from webhook_deliveries order by id").fetchall()
+
+        # the dead receiver's delivery is "sending" for the instant of each retry; between retries it waits "pending"
+        rows = wait_for(lambda: (found := deliveries())[1][1] == "pending" and found, timeout=10,
+                        message="the dead receiver's delivery to wait between retries")
         # the first delivery met the first 503 and was retried; the second run's may have met the last ones
         # (it is sent while the first backs off), so the three refusals are counted over both
         assert rows[0][:2] == rows[2][:2] == (f"{receiver.url}/restart", "sent")

@@ -54,17 +54,27 @@ def test_fire_inside_a_shield_waits_for_its_end(installed):
     assert reached_end
 
 
+def fire_soon() -> threading.Event:
+    """Fire the interrupt from another thread in 10 ms; the event is set once it has been fired."""
+    fired = threading.Event()
+    threading.Timer(0.01, lambda: (cancel_interrupt.fire(), fired.set())).start()
+    return fired
+
+
 def test_fire_after_close_is_ignored(installed):
     cancel_interrupt.close()
-    threading.Timer(0.01, cancel_interrupt.fire).start()
-    spin(0.2)  # no JobCancelled
+    fired = fire_soon()
+    spin(0.2)
+    assert fired.is_set() and not cancel_interrupt._pending  # fired, and nothing raised or held
 
 
 def test_close_drops_an_interrupt_held_by_a_shield(installed):
     with cancel_interrupt.shielded():
-        threading.Timer(0.01, cancel_interrupt.fire).start()
+        fired = fire_soon()
         spin(0.2)
+        assert fired.is_set() and cancel_interrupt._pending  # held by the shield
         cancel_interrupt.close()  # the job is recording its end: the held cancel must not land now
+    assert not cancel_interrupt._pending  # dropped: leaving the shield raised nothing
 
 
 def metrics(step: int) -> StepMetrics:
@@ -93,7 +103,7 @@ def test_a_cancel_landing_during_metric_writes_leaves_the_database_usable(instal
             for step in range(1, 100_000):
                 callbacks.on_step(metrics(step))
         cancel_interrupt.close()
-        finish(run_id, Outcome(RunStatus.cancelled, "cancelled by request"), settings)
+        finish(run_id, run.attempt, Outcome(RunStatus.cancelled, "cancelled by request"), settings)
         with session_scope(settings) as s:
             run = s.get(Run, run_id)
             rows = s.exec(select(func.count(), func.max(Metric.step)).where(Metric.run_id == run_id)).one()

@@ -4,10 +4,8 @@ its payload never runs."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -16,7 +14,7 @@ import torch
 
 from tinygpt.checkpoint import CheckpointError, read_checkpoint
 
-from .service_helpers import ROOT, AppServer, Home
+from .service_helpers import AppServer, Home, run_tinygpt
 
 
 class CreatesAFile:
@@ -38,8 +36,7 @@ def hostile_checkpoint(path: Path, target: Path) -> Path:
 
 def tinygpt(*args: str, home: Path, corpus: Path) -> subprocess.CompletedProcess:
     env = {"PATH": "/usr/bin:/bin", "TINYGPT_HOME": str(home), "TINYGPT_HOLMES_PATH": str(corpus)}
-    return subprocess.run([sys.executable, "-m", "tinygpt", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return run_tinygpt(*args, env=env, module="tinygpt", timeout=120)
 
 
 def test_read_checkpoint_refuses_a_pickle_with_code(tmp_path):
@@ -88,28 +85,12 @@ def test_sample_box_refuses_it(tmp_path, slice_path):
         path = hostile_checkpoint(home.path / "runs" / str(run_id) / "best.pt", target)
         with sqlite3.connect(home.path / "tinygpt.db") as db:  # as if a job had written it, or a shared folder
             db.execute("UPDATE runs SET checkpoint_path = ?, status = 'succeeded' WHERE id = ?", (str(path), run_id))
-        events = read_events_post(app, run_id)
-        assert [e["event"] for e in events] == ["error"]
-        assert events[0]["data"]["message"] == (
-            f"CheckpointError: {path} was refused: it holds objects other than tensors and plain data (io.open), "
-            "and loading it could run code")
+        with httpx.Client(base_url=app.url, timeout=30) as c:  # refused before the stream starts
+            response = c.post(f"/api/runs/{run_id}/sample", json={"prompt": "Holmes", "max_tokens": 5})
+        assert response.status_code == 422
+        assert response.json()["detail"][0]["msg"] == (
+            "the run's checkpoint cannot be loaded: best.pt was refused: it holds objects other than tensors and "
+            "plain data (io.open), and loading it could run code")
         assert not target.exists()
     finally:
         app.stop()
-
-
-def read_events_post(app: AppServer, run_id: int) -> list[dict]:
-    with httpx.Client(base_url=app.url, timeout=30) as c:
-        response = c.post(f"/api/runs/{run_id}/sample", json={"prompt": "Holmes", "max_tokens": 5})
-    assert response.status_code == 200, response.text
-    return parse_sse(response.text)
-
-
-def parse_sse(text: str) -> list[dict]:
-    events = []
-    for block in text.replace("\r\n", "\n").split("\n\n"):
-        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line and not line.startswith(":"))
-        if "event" in fields:
-            events.append({"event": fields["event"], "data": json.loads(fields.get("data", "null"))})
-    return events
-

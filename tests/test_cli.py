@@ -1,10 +1,9 @@
-"""The ``tinygpt`` command, run as a real process."""
+"""The ``tinygpt`` command: training end to end as a real process; its messages, tables and the commands
+that read what training wrote, run inside the test process (``tinygpt_here``)."""
 
 import http.server
 import json
 import os
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -14,15 +13,12 @@ from tinygpt.device import cpu_name, cpu_prefers_bf16, cpu_speed_flags, cpu_summ
 from tinygpt.gutenberg import HOLMES_BOOKS, strip_gutenberg
 from tinygpt.presets import model_config
 
+from .service_helpers import run_tinygpt, tinygpt_here
 
-def tinygpt(*args, env=None, check=True, timeout=300):
-    proc = subprocess.run(
-        [sys.executable, "-m", "tinygpt", *map(str, args)],
-        capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}")
-    return proc
+
+def tinygpt(*args, env=None, check=True):
+    """The library's own command (``tinygpt.cli``) in this process, with more environment variables."""
+    return tinygpt_here(*args, env={**os.environ, **(env or {})}, module="tinygpt.cli", check=check)
 
 
 def test_info_holmes_breakdown_and_untrained_loss():
@@ -52,7 +48,7 @@ def test_info_lists_presets_and_devices():
     (["bench", "--device", "tpu"], "tinygpt bench: error: unknown device 'tpu'"),
 ])
 def test_bad_arguments_get_one_line_errors(tmp_path, args, message):
-    proc = subprocess.run([sys.executable, "-m", "tinygpt", *args], capture_output=True, text=True, cwd=tmp_path)
+    proc = tinygpt_here(*args, module="tinygpt.cli", cwd=tmp_path)
     assert proc.returncode == 2
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -62,9 +58,9 @@ def test_bad_arguments_get_one_line_errors(tmp_path, args, message):
 def test_train_sample_neighbors_end_to_end(tmp_path, slice_path):
     env = {"TINYGPT_HOME": str(tmp_path / "home")}
     out = tmp_path / "run"
-    proc = tinygpt("train", "--preset", "tiny", "--corpus", slice_path, "--device", "cpu", "--precision", "fp32",
-                   "--steps", "20", "--batch-size", "4", "--eval-every", "10", "--seed", "3", "--vocab-size", "400",
-                   "--out", out, "--no-progress", env=env)
+    proc = run_tinygpt("train", "--preset", "tiny", "--corpus", slice_path, "--device", "cpu", "--precision", "fp32",
+                       "--steps", "20", "--batch-size", "4", "--eval-every", "10", "--seed", "3", "--vocab-size", "400",
+                       "--out", out, "--no-progress", env={**os.environ, **env}, module="tinygpt", check=True)
     assert "done: 20 steps on cpu (fp32)" in proc.stdout
     assert "step     20: train" in proc.stdout
     header = (out / "metrics.csv").read_text().splitlines()[0]

@@ -78,7 +78,8 @@ def test_a_database_from_before_migrations_is_adopted_with_its_data(tmp_path):
 def test_runs_of_the_first_schema_upgrade_and_still_list(settings):
     """A database at revision 0001 with a finished run: after the upgrade it lists, reads and compares."""
     from app.models import Run
-    from app.services.runs import compare_runs, list_runs
+    from app.services.compare import compare_runs
+    from app.services.runs import list_runs
 
     migrate_to(settings, FIRST_REVISION)
     with engine_for(settings.db_url).begin() as conn:

@@ -53,3 +53,4 @@ def test_writes_wait_for_the_lock_off_the_event_loop(tmp_path, slice_path):
         assert results == {"run": 200, "benchmark": 200, "upload": 200}
     finally:
         app.stop()
+    assert '"GET /healthz' not in app.output()  # no access log by default (TINYGPT_ACCESS_LOG)

@@ -1,7 +1,7 @@
 """Faults injected into real processes: nothing recorded is lost, every run ends in a true state.
 
-- the worker killed (SIGKILL) during a training step, during an evaluation and in the middle of
-  writing a checkpoint: the run is marked crashed within 5 s of the worker's return, resumes from
+- the machine dying under a worker and its job (both SIGKILLed) during a training step, during an evaluation and
+  in the middle of writing a checkpoint: the run is marked crashed within 5 s of the worker's return, resumes from
   its last complete checkpoint, and ends with the same losses as an uninterrupted run of its seed;
 - a job out of memory, a corrupt checkpoint to resume from, a full disk, a database locked for
   seconds: each ends in a clear state while the worker goes on serving.
@@ -22,8 +22,18 @@ import pytest
 
 from tinygpt.checkpoint import read_checkpoint
 
-from .service_helpers import AppServer, Home, Worker, read_events, wait_for
-from .test_service import create, make_home, run_status
+from .service_helpers import (
+    AppServer,
+    Home,
+    Worker,
+    crash_worker,
+    create,
+    job_pid,
+    make_home,
+    read_events,
+    run_status,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -33,15 +43,6 @@ RECIPE = {"steps": 60, "eval_every": 20, "batch_size": 8, "threads": 1, "seed": 
 
 def out_dir(home: Home, run_id: int) -> Path:
     return home.path / "runs" / str(run_id)
-
-
-def job_pid(home: Home, run_id: int) -> int | None:
-    from app.db import session_scope
-    from app.models import Run
-    from app.settings import Settings
-
-    with session_scope(Settings(home=home.path, database_url=home.extra_env.get("TINYGPT_DATABASE_URL"))) as s:
-        return s.get(Run, run_id).pid
 
 
 def losses(client, run_id: int) -> dict[int, tuple[float, float | None]]:
@@ -67,7 +68,7 @@ def uninterrupted(tmp_path_factory, slice_path, warm_cache) -> dict[int, tuple[f
 # -- where the kill lands ---------------------------------------------------------------------------
 def kill_during_a_step(home: Home, client, run_id: int, worker: Worker) -> None:
     wait_for(lambda: client.get(f"/api/runs/{run_id}").json()["last_step"] >= 30, timeout=180, message="step 30")
-    worker.signal(signal.SIGKILL)
+    crash_worker(worker, home, run_id)
 
 
 def kill_during_evaluation(home: Home, client, run_id: int, worker: Worker) -> None:
@@ -86,7 +87,7 @@ def kill_during_evaluation(home: Home, client, run_id: int, worker: Worker) -> N
         time.sleep(0.02)
         dump = worker.output()[seen:]
         if "in estimate_loss" in dump:
-            worker.signal(signal.SIGKILL)
+            crash_worker(worker, home, run_id)
             return
     pytest.fail("never caught the job evaluating")
 
@@ -113,8 +114,7 @@ def kill_while_writing_a_checkpoint(home: Home, client, run_id: int, worker: Wor
     for r in readers:
         r.start()
     assert writing.wait(180), "the job never started writing the step-40 checkpoint"
-    worker.signal(signal.SIGKILL)
-    worker.popen.wait()
+    crash_worker(worker, home, run_id)
     time.sleep(0.5)
     for pipe in pipes:
         pipe.unlink()  # the next attempt writes real files again
@@ -184,13 +184,16 @@ def assert_worker_still_serves(app: AppServer, client) -> None:
 
 
 def test_a_job_out_of_memory_fails_saying_so(capped):
+    """A run the estimate lets through (it is a lower bound) that needs more address space than the cap:
+    it fails saying so. One far past the cap is refused when it is submitted (tests/test_security.py)."""
     home, app, _ = capped
     with app.client() as c:
-        run = create(c, steps=5, batch_size=4096, preset="tiny")
+        assert c.post("/api/runs", json={"preset": "tiny", "batch_size": 4096}).status_code == 422
+        run = create(c, steps=5, batch_size=300, preset="tiny")
         read_events(f"{app.url}/api/runs/{run['id']}/events", timeout=120)
         final = c.get(f"/api/runs/{run['id']}").json()
         assert final["status"] == "failed"
-        assert final["error"].startswith("out of memory on cpu at batch_size 4096: ")
+        assert final["error"].startswith("out of memory on cpu at batch_size 300: ")
         assert final["error"].endswith("(try a smaller batch_size, or gradient accumulation)")
         assert_worker_still_serves(app, c)
 

@@ -16,16 +16,16 @@ from sqlmodel import Session, col, select
 
 from app.db import init_db, session_scope
 from app.models import Event, EventType, Metric, MetricBlock, Run, RunStatus, utcnow
+from app.services.events import last_run_event_id, trimmed_beyond
+from app.services.lifecycle import change_status
 from app.services.metric_blocks import BLOCK_STEPS, level_for, rebuild_blocks
 from app.services.metric_history import metric_columns
 from app.services.outbox import compact_outbox
 from app.services.run_records import record_metric, record_start
-from app.services.runs import set_status
 from app.settings import Settings
 
 from .browser import needs_chromium, shot
-from .service_helpers import AppServer, read_events
-from .test_service import make_home
+from .service_helpers import AppServer, make_home, read_events
 
 WINDOW_SEC = 2  # the test apps' event window: metric events leave the outbox after 2 s
 
@@ -75,7 +75,7 @@ def test_blocks_are_kept_as_rows_are_written_and_through_a_resume(settings):
         run = new_run(s, 9000)
         rows = [metric_row(step, rng) for step in range(0, 9000, 3)]
         for r in rows:
-            record_metric(s, run, r)
+            record_metric(s, run, r, settings=settings)
         s.commit()
         assert stored_blocks(s, run.id) == expected_blocks(rows)
         # a resume from step 5,000: the rows after it go, the blocks holding them are summed up again
@@ -84,7 +84,7 @@ def test_blocks_are_kept_as_rows_are_written_and_through_a_resume(settings):
         rows = [r for r in rows if r["step"] <= 5000] + [metric_row(step, rng) for step in range(5001, 7000, 2)]
         for r in rows:
             if r["step"] > 5000:
-                record_metric(s, run, r)
+                record_metric(s, run, r, settings=settings)
         s.commit()
         assert stored_blocks(s, run.id) == expected_blocks(rows)
         rebuild_blocks(s, run_id=run.id)  # summed from the rows in one statement: the same
@@ -133,7 +133,7 @@ def test_the_outbox_keeps_a_window_of_metric_events_and_the_other_events(setting
     with session_scope(settings) as s:
         run = new_run(s, 100)
         for step in range(100):
-            record_metric(s, run, metric_row(step, rng))
+            record_metric(s, run, metric_row(step, rng), settings=settings)
             s.commit()
             if step == 59:
                 time.sleep(0.01)
@@ -144,12 +144,30 @@ def test_the_outbox_keeps_a_window_of_metric_events_and_the_other_events(setting
         assert run.events_trimmed_to == newest_old and len(metric_event_ids(s, run.id)) == 40
         assert min(metric_event_ids(s, run.id)) > newest_old
         assert metric_columns(s, run_id=run.id)["rows"] == 100  # the rows all stay
-        set_status(s, run, RunStatus.succeeded, finished_at=utcnow())
+        change_status(s, run, RunStatus.succeeded, settings=settings, finished_at=utcnow())
         s.commit()
         assert compact_outbox(s, written_before=utcnow() + timedelta(seconds=1)) == 40
         assert metric_event_ids(s, run.id) == []
         statuses = s.exec(select(Event.type).where(Event.run_id == run.id, Event.type == EventType.status)).all()
         assert statuses == [EventType.status]  # the other events stay
+
+
+def test_a_history_read_after_the_newest_rows_left_the_outbox_streams_on_without_another_gap(settings):
+    """The run's newest events are metric events the outbox deleted (its newest kept one is an ``overfit`` from
+    step 10): the history stands for the deleted ones too, so a stream from it has no gap to report."""
+    rng = random.Random(6)
+    with session_scope(settings) as s:
+        run = new_run(s, 20)
+        for step in range(20):
+            record_metric(s, run, metric_row(step, rng, eval_every=10), settings=settings)
+        s.commit()
+        newest_metric = metric_event_ids(s, run.id)[-1]
+        assert compact_outbox(s, written_before=utcnow() + timedelta(seconds=1)) == 20
+        s.refresh(run)
+        assert last_run_event_id(s, run_id=run.id) < newest_metric == run.events_trimmed_to
+        history = metric_columns(s, run_id=run.id)
+        assert history["last_event_id"] == newest_metric and history["rows"] == 20
+        assert trimmed_beyond(s, run_id=run.id, after_id=history["last_event_id"]) is None
 
 
 @pytest.fixture
@@ -186,7 +204,9 @@ def test_a_client_older_than_the_window_gets_a_gap_then_every_row_once(windowed_
         history = c.get(f"/api/runs/{run_id}/metrics", params={"format": "columns"}).json()
         again = read_events(f"{url}?history={history['last_event_id']}", last_event_id=seen, timeout=30)
     assert history["columns"]["step"] == list(range(60))
-    assert [e["event"] for e in again] == ["alert", "status", "end"]  # no metric event: the history has every row
+    kinds = [e["event"] for e in again]
+    assert "metric" not in kinds  # no metric event: the history has every row
+    assert kinds.count("overfit") == 5 and kinds[-3:] == ["alert", "status", "end"]  # a verdict per evaluation since
     with session_scope(Settings(home=home.path)) as s:
         assert metric_event_ids(s, run_id) == []  # one stored copy of each metric: its row
         assert s.get(Run, run_id).events_trimmed_to >= seen
@@ -263,6 +283,7 @@ def test_a_live_page_opened_late_shows_every_step_once_after_the_window_moved_on
     app.signal(9)
     app.popen.wait()
     app = AppServer(home, port=app.port)
+    windowed_app[1].popen = app.popen  # the fixture stops the app that runs now, even if the test fails
     with app.client() as c:
         seq = report(c, run_id, seq, [("metric", r) for r in rows[80:130]])
     time.sleep(WINDOW_SEC + 1.5)  # the rows the page missed leave the outbox
@@ -274,7 +295,7 @@ def test_a_live_page_opened_late_shows_every_step_once_after_the_window_moved_on
     assert page.evaluate("window.runState.rows.map(r => r.step)") == list(range(150))  # each once, none missing
     received = [i for i in page.evaluate("window.runState.received") if i]
     assert len(received) == len(set(received))
-    assert page.evaluate("window.runState.best.step") == 60
+    assert page.evaluate("window.runState.overfit.best_step") == 60  # the server's verdict, drawn
+    assert page.evaluate("window.runState.gaps") == 1  # the history read again once, not in a loop
     page.js_errors[:] = [e for e in page.js_errors if "ERR_FAILED" not in e and "ERR_CONNECTION_REFUSED" not in e
                          and "ERR_INCOMPLETE_CHUNKED_ENCODING" not in e]
-    windowed_app[1].popen = app.popen  # the fixture stops the app that runs now

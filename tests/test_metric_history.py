@@ -3,6 +3,7 @@ app, and charts whose tick labels read (SI form, hours:minutes) and never overla
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import re
@@ -11,8 +12,7 @@ import httpx
 import pytest
 
 from .browser import needs_chromium, open_page, shot
-from .service_helpers import AppServer
-from .test_service import make_home
+from .service_helpers import AppServer, make_home
 
 ROWS = 20_000
 EVAL_EVERY = 500
@@ -119,3 +119,44 @@ def test_axis_labels_read_and_never_overlap(long_run, browser, width):
             shot(page, f"long-run-x-{key}")
     page.context.close()
     assert page.js_errors == [], page.js_errors
+
+
+def test_every_format_but_a_thinned_one_is_streamed_row_for_row(make_app, imported_run, monkeypatch):
+    """A million-row import read as JSON or CSV is never held in memory: pages of rows (a page is 3 rows here);
+    a history of one page is answered at once (a content length, no streaming)."""
+    from app.services import metric_history
+
+    monkeypatch.setattr(metric_history, "PAGE_ROWS", 3)
+    client = make_app()
+    run = imported_run(client)
+    whole = client.get(f"/api/runs/{run}/metrics", params={"format": "columns"}).json()
+    assert whole["rows"] == 11 and whole["downsampled"] is False
+    rows = whole["columns"]
+    as_json = client.get(f"/api/runs/{run}/metrics")
+    assert "content-length" not in as_json.headers and as_json.headers["content-type"] == "application/json"
+    listed = as_json.json()
+    assert [r["step"] for r in listed] == rows["step"] == list(range(11))
+    assert [r["val_loss"] for r in listed] == rows["val_loss"] == [None] * 10 + [4.5]
+    assert listed[3] == {"step": 3, "train_loss": 4.7, "val_loss": None, "lr": 0.001, "tokens_per_sec": 1000.0,
+                         "tokens_seen": 300, "elapsed_sec": 0.3, "epochs": 0.0, "peak_mem_mib": 100.0}
+    assert "content-length" not in client.get(f"/api/runs/{run}/metrics", params={"format": "csv"}).headers
+    as_csv = client.get(f"/api/runs/{run}/metrics", params={"format": "csv", "from_step": 9})
+    assert as_csv.headers["content-length"] == str(len(as_csv.content))
+    assert as_csv.text.splitlines() == ["step,train_loss,val_loss,lr,tokens_per_sec,elapsed_sec,tokens_seen,epochs,"
+                                        "peak_mem_mib", "9,4.1,,0.001,1000.0,0.9,900,0.0,100.0",
+                                        "10,4.0,4.5,0.001,1000.0,1.0,1000,0.0,100.0"]
+    assert client.get("/api/runs/999/metrics", params={"format": "csv"}).status_code == 404
+
+
+@pytest.mark.parametrize("value", [0.1, 1e-05, 3.0, 4.123456789012345, 1e300, -2.5, 7, 0, 2**40, None])
+def test_a_page_of_numbers_is_written_as_json_writes_it(value):
+    from app.services.metric_history import json_items
+
+    assert json_items([value, {"v": value}]) == json.dumps([value, {"v": value}])[1:-1]
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_a_non_finite_number_in_a_page_is_null(value):
+    from app.services.metric_history import json_items
+
+    assert json_items([1.5, value, {"step": 3, "val_loss": value}]) == '1.5, null, {"step": 3, "val_loss": null}'

@@ -16,23 +16,15 @@ from tinygpt.device import cpu_name, cpu_prefers_bf16
 from tinygpt.presets import model_size
 from tinygpt.train import TrainConfig
 
-from .browser import needs_chromium, shot
-from .service_helpers import AppServer, Home, Worker, read_events, wait_for
-from .test_service import TINY
+from .browser import fill_run_form, needs_chromium, shot
+from .service_helpers import TINY, AppServer, Home, Worker, read_events, wait_for
 
 pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory, slice_path, warm_cache):
-    home = Home(tmp_path_factory.mktemp("pages") / "home", slice_path)
-    home.path.mkdir()
-    home.seed_cache(warm_cache)
-    app = AppServer(home)
-    worker = Worker(home, "pages")
-    yield app
-    worker.stop()
-    app.stop()
+def site(start_service):
+    return start_service("pages", workers=("pages",), TINYGPT_WARM_JOBS="true").app  # each next run starts at once
 
 
 def test_create_run_from_form_and_watch_it_finish(site, page):
@@ -42,10 +34,7 @@ def test_create_run_from_form_and_watch_it_finish(site, page):
     page.select_option("select[name=preset]", "tiny")  # the preset fills its suggested fields
     assert page.input_value("input[name=steps]") == "300" and page.input_value("input[name=batch_size]") == "16"
     page.wait_for_function("document.querySelector('#preset-info').textContent.includes('475,712 parameters')")
-    page.select_option("select[name=device]", "cpu")
-    page.select_option("select[name=precision]", "fp32")
-    for name, value in {"steps": "30", "batch_size": "4", "eval_every": "10", "seed": "7", "name": "<script>alert(1)</script>"}.items():
-        page.fill(f"input[name={name}]", value)
+    fill_run_form(page, steps=30, batch_size=4, eval_every=10, seed=7, name="<script>alert(1)</script>")
     assert "training tokens" in page.inner_text("#estimate")
     page.click("button[type=submit]")
     page.wait_for_url("**/runs/*")
@@ -151,7 +140,7 @@ def test_sample_box_streams_text(site, page):
 def test_compare_page_for_two_runs(site, page):
     import httpx
 
-    pair = httpx.post(f"{site.url}/api/runs", json={**TINY, "steps": 10, "eval_every": 5, "device": ["cpu", "auto"]}).json()
+    pair = httpx.post(f"{site.url}/api/runs", json={**TINY, "steps": 5, "eval_every": 5, "device": ["cpu", "auto"]}).json()
     for r in pair:
         read_events(f"{site.url}/api/runs/{r['id']}/events")
     page.goto(f"{site.url}/")
@@ -205,7 +194,7 @@ def insert_long_run(home: Home, steps: int = 10_000, eval_every: int = 500) -> i
 
     settings = Settings(home=home.path, holmes_path=home.corpus)
     with session_scope(settings) as s:
-        run = Run(name="long", status=RunStatus.succeeded, requested_device="cpu", device="cpu",
+        run = Run(name="long", status=RunStatus.running, requested_device="cpu", device="cpu",
                   config={**TINY, "steps": steps, "eval_every": eval_every, "dataset": "holmes", "precision": "fp32"})
         s.add(run)
         s.flush()
@@ -220,9 +209,9 @@ def insert_long_run(home: Home, steps: int = 10_000, eval_every: int = 500) -> i
             rows.append({"run_id": run.id, **m})
         s.execute(insert(Metric), rows)  # in bulk, as an import writes them (its events left the outbox long ago)
         rebuild_blocks(s, run_id=run.id)
-        from app.services.runs import set_status
+        from app.services.lifecycle import change_status
 
-        set_status(s, run, RunStatus.succeeded)
+        change_status(s, run, RunStatus.succeeded, settings=settings)
         return run.id
 
 
@@ -307,15 +296,15 @@ def test_login_then_create_and_watch_a_run_with_the_token_on(site, page, tmp_pat
         cookie = next(c for c in page.context.cookies() if c["name"] == "tinygpt_session")
         assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["value"] != token
         assert page.evaluate("document.cookie") == ""  # not readable from scripts
-        page.select_option("select[name=device]", "cpu")
-        page.select_option("select[name=precision]", "fp32")
-        for name, value in {"steps": "20", "batch_size": "4", "eval_every": "10", "seed": "7"}.items():
-            page.fill(f"input[name={name}]", value)
+        fill_run_form(page, steps=3000, batch_size=4, eval_every=1000, seed=7)
         page.click("form.run-form button[type=submit]")
         page.wait_for_url(f"{guarded.url}/runs/*")
         # pushed over the guarded event stream, which the browser opens with the cookie
-        page.wait_for_function("document.getElementById('run-status').textContent === 'succeeded'", timeout=120_000)
-        assert page.evaluate("window.runState.rows.map(r => r.step)") == [0, 10, 20]
+        page.wait_for_function("window.runState && window.runState.rows.length >= 1", timeout=120_000)
+        assert page.evaluate("window.runState.rows[0].step") == 0
+        page.click("#cancel-btn")  # a POST with the cookie, from the dashboard's own page
+        page.wait_for_function("document.getElementById('run-status').textContent === 'cancelled'", timeout=60_000)
+        assert page.is_hidden("#cancel-btn")
         page.click("button.link")  # log out
         page.wait_for_url(f"{guarded.url}/login")
     finally:
@@ -356,7 +345,7 @@ def test_app_killed_and_restarted_while_streaming_every_event_arrives_once(tmp_p
         every = [e["id"] for e in stream if "id" in e]
         assert 0 < seen_before < len(every)
         assert followed == every  # the script: each event once, in order, none missing
-        handled = ("status", "metric", "sample", "log", "resolved", "best_checkpoint", "alert", "stall")
+        handled = ("status", "metric", "sample", "log", "resolved", "best_checkpoint", "alert", "stall", "overfit")
         history = page.evaluate("window.runState.historyEventId")  # metric events up to it came as history
         shown = [e["id"] for e in stream if e["event"] in handled and (e["event"] != "metric" or e["id"] > history)]
         assert [i for i in page.evaluate("window.runState.received") if i] == shown  # the browser: the same
@@ -466,3 +455,64 @@ def test_the_form_has_an_input_per_option_and_shows_each_refusal_next_to_it(site
         if spec.name != "device":
             assert page.inner_text(f"#error-{spec.name}") == bad_message(spec), spec.name
     shot(page, "new-run-every-error")
+
+
+def test_the_form_sets_a_runs_notifications(make_app):
+    """The Notifications fieldset: alerts ticked, one webhook URL a line, under the receiver rules."""
+    client = make_app()
+    form = {"preset": "tiny", "device": "cpu", "precision": "fp32", "steps": "5", "eval_every": "5", "batch_size": "4",
+            "notify_events": ["failed", "stalled"], "notify_urls": "https://hooks.example.com/a\n\n https://hooks.example.com/b "}
+    page = client.get("/new").text
+    assert page.count('name="notify_events"') == 9 and 'value="stalled" checked' in page
+    created = client.post("/new", data=form)
+    assert created.status_code == 200 and created.headers["hx-redirect"].startswith("/runs/")
+    run_id = int(created.headers["hx-redirect"].rsplit("/", 1)[1])
+    assert client.get(f"/api/runs/{run_id}").json()["config"]["notify"] == {
+        "events": ["failed", "stalled"], "urls": ["https://hooks.example.com/a", "https://hooks.example.com/b"]}
+    refused = client.post("/new", data={**form, "notify_urls": "http://127.0.0.1:5432/"})
+    assert refused.status_code == 422
+    assert ('<span class="field-error" id="error-notify">127.0.0.1 is a loopback address: webhooks go to public '
+            'receivers (allow a local one with TINYGPT_WEBHOOK_ALLOW)</span>') in refused.text
+    assert "http://127.0.0.1:5432/</textarea>" in refused.text  # what was typed stays in the form
+    again = client.get("/new", params={"from": run_id}).text
+    assert "https://hooks.example.com/a\nhttps://hooks.example.com/b</textarea>" in again
+    assert 'value="failed" checked' in again and 'value="finished" >' in again
+
+
+def test_the_form_refuses_an_inside_webhook_next_to_its_field(site, page):
+    page.goto(f"{site.url}/new")
+    page.select_option("select[name=device]", "cpu")
+    page.uncheck("#group-notifications input[value=finished]")
+    page.fill("textarea[name=notify_urls]", "http://169.254.169.254/latest/meta-data")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#error-notify")
+    assert page.inner_text("#error-notify") == ("169.254.169.254 is a link-local address: webhooks go to public "
+                                                "receivers (allow a local one with TINYGPT_WEBHOOK_ALLOW)")
+    assert not page.is_checked("#group-notifications input[value=finished]")  # what was ticked stays so
+    assert page.is_checked("#group-notifications input[value=failed]") and page.url.endswith("/new")
+    page.locator("#group-notifications").scroll_into_view_if_needed()
+    shot(page, "new-run-notifications-refused")
+
+
+def test_a_reader_sees_no_webhook_url_and_no_sample_box(tmp_path, slice_path, browser):
+    from .browser import open_page
+
+    token = "pages-reader-token-0123456789"
+    home = Home(tmp_path / "home", slice_path, {"TINYGPT_API_TOKEN": token, "TINYGPT_PUBLIC_READ": "true"})
+    home.path.mkdir()
+    app = AppServer(home)
+    try:
+        hook = "https://hooks.slack.com/services/T000/B000/XXXXsecretXXXX"
+        run = httpx.post(f"{app.url}/api/runs", json={**TINY, "notify": {"events": ["failed"], "urls": [hook]}},
+                         headers={"Authorization": f"Bearer {token}"}, timeout=30).json()[0]["id"]
+        page = open_page(browser)
+        page.goto(f"{app.url}/runs/{run}")
+        page.wait_for_selector("#model-locked")
+        assert page.locator("#sample-form").count() == 0 and page.locator("#neighbours-form").count() == 0
+        assert "failed; also to https://hooks.slack.com/…" in page.inner_text("#config")
+        assert "XXXXsecretXXXX" not in page.content()
+        shot(page, "run-page-as-a-reader")
+        assert page.js_errors == []
+        page.context.close()
+    finally:
+        app.stop()

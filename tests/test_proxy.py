@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from .browser import needs_chromium, open_page, shot
+from .browser import fill_run_form, needs_chromium, open_page, shot
 from .reverse_proxy import self_signed_certificate
 from .service_helpers import ROOT, AppServer, Home, Worker, free_port
 
@@ -63,10 +63,7 @@ def test_every_page_works_under_the_prefix_over_https(proxied, browser):
 
     page.click("text=New run")
     page.wait_for_url(f"{proxied}/new")
-    page.select_option("select[name=device]", "cpu")
-    page.select_option("select[name=precision]", "fp32")
-    for name, value in {"steps": "20", "batch_size": "4", "eval_every": "10", "name": "behind a proxy"}.items():
-        page.fill(f"input[name={name}]", value)
+    fill_run_form(page, steps=20, batch_size=4, eval_every=10, name="behind a proxy")
     page.click("button[type=submit]")
     page.wait_for_url(f"{proxied}/runs/*")
     # the chart fills from the run's event stream, through the proxy

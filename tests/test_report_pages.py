@@ -17,17 +17,13 @@ from tinygpt.run_import import import_payload
 from .browser import needs_chromium, open_page, shot
 from .service_helpers import AppServer
 from .test_reporting import CPU_OPTIONS, H200_OPTIONS, RUNS
-from .test_service import make_home
 
 pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory, slice_path, warm_cache):
-    home = make_home(tmp_path_factory.mktemp("report-pages"), slice_path, warm_cache)
-    app = AppServer(home)
-    yield app
-    app.stop()
+def site(start_service):
+    return start_service("report-pages").app
 
 
 def imported(app: AppServer, csv_path: Path, options: dict, device: str, name: str) -> int:

@@ -12,7 +12,6 @@ import pickle
 import re
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -26,8 +25,16 @@ from tinygpt.model import GPT
 from tinygpt.presets import model_config
 from tinygpt.train import read_metrics_csv
 
-from .service_helpers import ROOT, AppServer, free_port, read_events, wait_for
-from .test_service import make_home
+from .service_helpers import (
+    ROOT,
+    AppServer,
+    free_port,
+    make_home,
+    read_events,
+    start_tinygpt,
+    tinygpt_here,
+    wait_for,
+)
 
 TOKEN = "report-test-token-9c2e"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -53,11 +60,21 @@ def client(app: AppServer) -> httpx.Client:
     return httpx.Client(base_url=app.url, timeout=30, headers=AUTH)
 
 
-def tinygpt(home, *args: str, token: str | None = TOKEN, **popen) -> subprocess.Popen:  # noqa: ANN001
+def command_env(home, token: str | None) -> dict:  # noqa: ANN001
+    """The home's environment for the command: the token given (or none), no report address of its own."""
     env = {**home.env(), **({"TINYGPT_API_TOKEN": token} if token else {})}
     env.pop("TINYGPT_REPORT_TO", None)
-    return subprocess.Popen([sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **popen)
+    return env
+
+
+def tinygpt(home, *args: str, token: str | None = TOKEN, **popen) -> subprocess.Popen:  # noqa: ANN001
+    return start_tinygpt(*args, env=command_env(home, token), **popen)
+
+
+def here(home, *args: object, token: str | None = TOKEN) -> tuple[int, str, str]:  # noqa: ANN001
+    """The command run inside the test process, for its messages (what is about processes runs as one)."""
+    done = tinygpt_here(*args, env=command_env(home, token))
+    return done.returncode, done.stdout, done.stderr
 
 
 def finished(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
@@ -88,7 +105,9 @@ def test_a_reported_run_is_its_run_folder_row_for_row(dashboard, slice_path, tmp
     home, app = dashboard
     out = tmp_path / "reported"
     code, stdout, stderr = finished(train(home, out, app.url, "--steps", "30", "--eval-every", "10", "--log-every", "2",
-                                          "--name", "from-the-gpu-box", "--tag", "h200", slice_path=slice_path))
+                                          "--name", "from-the-gpu-box", "--tag", "h200", "--notify", "failed,stalled",
+                                          "--notify-url", "https://hooks.example.com/services/x",
+                                          slice_path=slice_path))
     assert code == 0, stderr
     assert stderr == "" and "done: 30 steps" in stdout
     run_id = report_state(out)["run_id"]
@@ -98,6 +117,7 @@ def test_a_reported_run_is_its_run_folder_row_for_row(dashboard, slice_path, tmp
             "succeeded", "reported", socket.gethostname(), "from-the-gpu-box", ["h200"])
         assert (run["device"], run["precision"], run["last_step"], run["steps"]) == ("cpu", "fp32", 30, 30)
         assert run["config"]["batch_size"] == 2 and run["config"]["dataset"] == slice_path.stem
+        assert run["config"]["notify"] == {"events": ["failed", "stalled"], "urls": ["https://hooks.example.com/services/x"]}
         rows = api_rows(c, run_id)
         assert rows == folder_rows(out) and len(rows) == 16  # steps 0, 2, ..., 30
         assert run["has_checkpoint"] and run["best_step"] == 30
@@ -123,10 +143,9 @@ def test_bad_addresses_and_tokens_stop_before_training_and_a_missing_dashboard_i
         ("http//127.0.0.1:8000", TOKEN, "tinygpt train: error: the dashboard URL must look like http://HOST:PORT, got "
                                         "'http//127.0.0.1:8000'"),
     ]
-    procs = [train(home, tmp_path / f"bad{i}", url, "--steps", "5", token=token, slice_path=slice_path)
-             for i, (url, token, _) in enumerate(cases)]
-    for i, ((_, _, message), proc) in enumerate(zip(cases, procs, strict=True)):
-        code, _, stderr = finished(proc)
+    for i, (url, token, message) in enumerate(cases):
+        code, _, stderr = here(home, "train", *TRAIN, "--corpus", slice_path, "--out", tmp_path / f"bad{i}",
+                               "--report-to", url, "--steps", "5", token=token)
         assert (code, stderr) == (2, message + "\n")
         assert not (tmp_path / f"bad{i}" / "metrics.csv").exists()  # no training started
     out = tmp_path / "offline"
@@ -140,10 +159,10 @@ def test_bad_addresses_and_tokens_stop_before_training_and_a_missing_dashboard_i
     assert report_state(out)["sent_seq"] == 0 and lines[-1] == (f"tinygpt: warning: {waiting} report item(s) not sent yet; send them with "
                                           f"`tinygpt sync {out}` when the dashboard answers")
     # the dashboard answers later: everything goes once; a second sync has nothing left to send
-    code, stdout, _ = finished(tinygpt(home, "sync", str(out), "--url", app.url))
+    code, stdout, _ = here(home, "sync", out, "--url", app.url)
     run_id = report_state(out)["run_id"]
     assert (code, stdout) == (0, f"synced {out}: {waiting} item(s) sent; run {run_id}\n")
-    code, stdout, _ = finished(tinygpt(home, "sync", str(out), "--url", app.url))
+    code, stdout, _ = here(home, "sync", out, "--url", app.url)
     assert (code, stdout) == (0, f"synced {out}: 0 item(s) sent; run {run_id}\n")
     with client(app) as c:
         run = c.get(f"/api/runs/{run_id}").json()
@@ -307,8 +326,8 @@ def test_reports_are_applied_once_and_need_a_reported_run(dashboard, reported_ru
 
 # -- import and export ---------------------------------------------------------------------------------
 def import_csv(home, app: AppServer, path: Path, options: dict, device: str, name: str) -> int:  # noqa: ANN001
-    code, stdout, stderr = finished(tinygpt(home, "import", str(path), "--url", app.url, "--config",
-                                            json.dumps(options), "--device-name", device, "--name", name))
+    code, stdout, stderr = here(home, "import", path, "--url", app.url, "--config", json.dumps(options),
+                                "--device-name", device, "--name", name)
     assert code == 0, stderr
     assert stdout.startswith(f"imported {path} as run ")
     return int(stdout.split()[4])
@@ -320,7 +339,7 @@ def test_import_the_recorded_runs_and_export_them(dashboard):
     cpu = import_csv(home, app, RUNS / "cpu-holmes-1500-fp32.csv", CPU_OPTIONS, "AMD EPYC, 2 cores", "holmes CPU fp32")
     modern = import_csv(home, app, RUNS / "cpu-holmes-modern-250-fp32.csv", {**CPU_OPTIONS, "arch": "modern"},
                         "AMD EPYC, 2 cores", "holmes modern CPU")
-    code, _, stderr = finished(tinygpt(home, "import", str(RUNS / "h200-holmes-1500-bf16.csv"), "--url", app.url))
+    code, _, stderr = here(home, "import", RUNS / "h200-holmes-1500-bf16.csv", "--url", app.url)
     assert (code, stderr.strip()) == (2, f"tinygpt import: error: {RUNS / 'h200-holmes-1500-bf16.csv'} is a bare "
                                          "metrics CSV: give its run options with --config (a JSON file or '{...}') "
                                          "and its device with --device-name")

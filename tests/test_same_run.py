@@ -11,8 +11,7 @@ import sys
 
 import httpx
 
-from .service_helpers import ROOT, AppServer, Worker, read_events
-from .test_service import make_home
+from .service_helpers import ROOT, AppServer, Worker, make_home, read_events
 
 CHOSEN = {  # a value other than the default in every group of the declaration
     "preset": "tiny", "arch": "classic", "dropout": "0.05",  # model

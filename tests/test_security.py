@@ -1,6 +1,8 @@
-"""Safe by default: the API token, the login cookie, cross-site and host checks, request limits.
+"""Safe by default: the API token, browser sessions, cross-site and host checks, request limits, forwarded
+headers, stream caps, strict input.
 
-Each test talks to a real app process (uvicorn) over loopback.
+What is about the server (binding, uvicorn's forwarded headers, bodies cut off while they stream) talks to a
+real app process over loopback; request/response behaviour to an app built in the test process (``make_app``).
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 
 import httpx
 import pytest
@@ -20,10 +23,12 @@ RUN = {"preset": "tiny", "device": "cpu", "precision": "fp32", "batch_size": 4, 
 
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory, slice_path):
-    """An app started with an API token and small limits (no worker: nothing here needs to train)."""
+    """An app started with an API token and small limits (no worker: nothing here needs to train), its access
+    log on (where a token would show if a request carried it in its line)."""
     path = tmp_path_factory.mktemp("guarded")
     home = Home(path, slice_path, {"TINYGPT_API_TOKEN": TOKEN, "TINYGPT_MAX_REQUEST_KB": "64",
-                                   "TINYGPT_MAX_UPLOAD_MB": "0.5", "TINYGPT_MAX_STREAMS_PER_CLIENT": "2"})
+                                   "TINYGPT_MAX_UPLOAD_MB": "0.5", "TINYGPT_MAX_STREAMS_PER_CLIENT": "2",
+                                   "TINYGPT_ACCESS_LOG": "true"})
     app = AppServer(home)
     yield app
     app.stop()
@@ -197,3 +202,141 @@ def test_event_streams_per_client_are_capped(guarded):
                 break
         threading.Event().wait(0.1)
     assert ok.is_set()
+
+
+def test_forwarded_for_is_ignored_from_an_untrusted_address(guarded):
+    """The per-client cap counts the connection's address: a local client claiming other addresses in
+    X-Forwarded-For (trusted by uvicorn from 127.0.0.1 unless told otherwise) gets no more streams."""
+    url = f"{guarded.url}/api/events"
+    first = httpx.stream("GET", url, headers={**bearer(), "X-Forwarded-For": "203.0.113.1"}, timeout=10)
+    second = httpx.stream("GET", url, headers={**bearer(), "X-Forwarded-For": "203.0.113.2"}, timeout=10)
+    with first as a, second as b:
+        assert a.status_code == b.status_code == 200
+        third = httpx.get(url, headers={**bearer(), "X-Forwarded-For": "203.0.113.3"}, timeout=10)
+        assert third.status_code == 429
+        assert third.json() == {"detail": "too many open event streams from 127.0.0.1 (limit 2); close some first"}
+
+
+def test_the_whole_app_caps_its_open_streams():
+    from app.api.events import StreamCounter
+    from app.errors import TooManyRequests
+
+    counter = StreamCounter()
+    counter.acquire("203.0.113.1", 5, 3)
+    counter.acquire("203.0.113.2", 5, 3)
+    counter.acquire("203.0.113.3", 5, 3)
+    with pytest.raises(TooManyRequests) as refused:
+        counter.acquire("203.0.113.4", 5, 3)
+    assert refused.value.message == "too many open event streams on this dashboard (limit 3); try again later"
+    counter.release("203.0.113.1")
+    counter.acquire("203.0.113.4", 5, 3)
+    assert counter.total == 3 and counter.open == {"203.0.113.2": 1, "203.0.113.3": 1, "203.0.113.4": 1}
+
+
+# -- browser sessions ---------------------------------------------------------------------------------------
+def log_in(client, token: str = TOKEN) -> str:
+    response = client.post("/login", data={"token": token, "next": "/"}, follow_redirects=False)
+    assert response.status_code == 303, response.text
+    return response.cookies["tinygpt_session"]
+
+
+def test_a_session_ends_at_logout_even_for_a_copy_of_its_cookie(make_app):
+    client = make_app(api_token=TOKEN)
+    cookie = log_in(client)
+    assert TOKEN not in cookie and len(cookie) >= 40
+    copy = {"Cookie": f"tinygpt_session={cookie}"}
+    assert client.get("/api/runs", headers=copy).status_code == 200
+    assert client.post("/logout", follow_redirects=False).status_code == 303
+    client.cookies.clear()
+    assert client.get("/api/runs", headers=copy).status_code == 401
+
+
+def test_a_session_expires(make_app):
+    client = make_app(api_token=TOKEN, session_days=1 / 86_400)  # one second
+    cookie = log_in(client)
+    client.cookies.clear()
+    assert client.get("/api/runs", headers={"Cookie": f"tinygpt_session={cookie}"}).status_code == 200
+    time.sleep(1.2)
+    assert client.get("/api/runs", headers={"Cookie": f"tinygpt_session={cookie}"}).status_code == 401
+
+
+def test_a_new_token_ends_every_session(make_app, tmp_path):
+    home = tmp_path / "shared-home"
+    cookie = log_in(make_app(api_token=TOKEN, home=home))
+    rotated = make_app(api_token="a-new-token-9876543210", home=home)
+    assert rotated.get("/api/runs", headers={"Cookie": f"tinygpt_session={cookie}"}).status_code == 401
+    same = make_app(api_token=TOKEN, home=home)
+    assert same.get("/api/runs", headers={"Cookie": f"tinygpt_session={cookie}"}).status_code == 200
+
+
+def test_the_old_kind_of_cookie_is_refused(make_app):
+    """Before sessions the cookie was a fixed HMAC of the token: it worked forever, whatever /logout did."""
+    import hashlib
+    import hmac
+
+    client = make_app(api_token=TOKEN)
+    old = hmac.new(TOKEN.encode(), b"tinygpt browser session", hashlib.sha256).hexdigest()
+    assert client.get("/api/runs", headers={"Cookie": f"tinygpt_session={old}"}).status_code == 401
+
+
+# -- smaller ones -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", ["/api/events", "/api/runs/1/events", "/api/sweeps/1/events"])
+def test_a_stream_cursor_past_64_bits_is_a_422(make_app, path):
+    client = make_app()
+    client.post("/api/runs", json=RUN)
+    client.post("/api/sweeps", json={"method": "grid", "parameters": {"lr": {"values": [0.01]}}, "base": RUN})
+    by_query = client.get(path, params={"after": 2**64})
+    assert by_query.status_code == 422 and by_query.json()["detail"][0]["loc"] == ["query", "after"]
+    by_header = client.get(path, headers={"Last-Event-ID": str(2**64)})
+    assert by_header.status_code == 422
+    assert by_header.json()["detail"][0]["msg"] == f"Last-Event-ID must be at most {2**63 - 1}"
+
+
+def test_a_dataset_name_with_a_newline_is_refused(make_app):
+    client = make_app()
+    response = client.post("/api/datasets", data={"name": "corpus\n"}, files={"file": ("c.txt", b"some text " * 100)})
+    assert response.status_code == 422, response.text
+    assert "corpus\n" not in [d["name"] for d in client.get("/api/datasets").json()]
+
+
+def test_a_run_that_cannot_fit_the_machine_is_refused_with_its_estimate(make_app):
+    from app.services.devices import memory_limit_mib
+
+    client = make_app()
+    response = client.post("/api/runs", json={**RUN, "preset": "holmes", "batch_size": 4096, "d_model": 1024,
+                                              "n_layers": 24, "context": 1024})
+    assert response.status_code == 422
+    (error,) = response.json()["detail"]
+    limit, what, _ = memory_limit_mib("cpu", client.app.state.settings)
+    assert error["loc"] == ["body", "batch_size"]
+    assert error["msg"].startswith("this run needs at least about ") and f"but has {what}: lower batch_size" in error["msg"]
+    capped = make_app(job_memory_mb=1000)
+    refused = capped.post("/api/runs", json={**RUN, "batch_size": 1024}).json()["detail"][0]["msg"]
+    assert "but has TINYGPT_JOB_MEMORY_MB (1000 MB a process)" in refused
+    assert capped.post("/api/runs", json={**RUN, "batch_size": 8}).status_code == 201
+
+
+def test_unknown_fields_are_refused_naming_the_closest(make_app):
+    client = make_app()
+    guess = client.post("/api/runs", json={"preset": "tiny", "learning_rate": 0.1})
+    assert guess.status_code == 422
+    assert guess.json()["detail"] == [{"type": "extra_forbidden", "loc": ["body", "learning_rate"], "input": 0.1,
+                                       "msg": "unknown field 'learning_rate': did you mean 'lr'?"}]
+    seeds = client.post("/api/runs", json={"preset": "tiny", "seeds": [1, 2, 3]}).json()["detail"][0]
+    assert (seeds["loc"], seeds["msg"]) == (["body", "seeds"], "unknown field 'seeds': did you mean 'seed'?")
+    base = client.post("/api/sweeps", json={"method": "grid", "parameters": {"lr": {"values": [0.01]}},
+                                            "base": {"preset": "tiny", "n_layer": 2}}).json()["detail"][0]
+    assert (base["loc"], base["msg"]) == (["body", "base", "n_layer"], "unknown field 'n_layer': did you mean 'n_layers'?")
+    patch = client.patch("/api/runs/1", json={"nmae": "x"}).json()["detail"][0]
+    assert patch["msg"] == "unknown field 'nmae': did you mean 'name'?"
+
+
+def test_tinygpt_train_config_files_refuse_unknown_options(tmp_path, capsys):
+    from tinygpt.cli import main
+
+    config = tmp_path / "options.json"
+    config.write_text('{"preset": "tiny", "learning_rate": 0.1, "n_layer": 2}')
+    assert main(["train", "--out", str(tmp_path / "run"), "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err == ("tinygpt train: error: unknown training option 'learning_rate': did you mean 'lr'?; unknown "
+                   "training option 'n_layer': did you mean 'n_layers'?\n")

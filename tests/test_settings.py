@@ -51,3 +51,20 @@ def test_an_app_built_with_its_own_settings_uses_them_everywhere(tmp_path, monke
         assert not (tmp_path / "from-environment" / "tinygpt.db").exists()
     finally:
         get_settings.cache_clear()
+
+
+def test_the_access_log_is_written_only_when_asked_for(tmp_path, slice_path):
+    """``TINYGPT_ACCESS_LOG=true``: a line per request in the app's output (off by default: see
+    tests/test_event_loop.py, whose app answers many requests and logs none of them)."""
+    import httpx
+
+    from .service_helpers import AppServer, Home
+
+    app = AppServer(Home(tmp_path, slice_path, {"TINYGPT_ACCESS_LOG": "true"}))
+    try:
+        assert httpx.get(f"{app.url}/api/presets", timeout=30).status_code == 200
+        assert httpx.get(f"{app.url}/api/runs/12345", timeout=30).status_code == 404
+    finally:
+        app.stop()
+    assert '"GET /api/presets HTTP/1.1" 200' in app.output()
+    assert '"GET /api/runs/12345 HTTP/1.1" 404' in app.output()

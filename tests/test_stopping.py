@@ -17,9 +17,18 @@ import pytest
 
 from tinygpt.checkpoint import read_checkpoint
 
-from .service_helpers import AppServer, Home, Proc, Worker, free_port, read_events, wait_for
+from .service_helpers import (
+    AppServer,
+    Home,
+    Proc,
+    Worker,
+    create,
+    free_port,
+    make_home,
+    read_events,
+    wait_for,
+)
 from .test_faults import job_pid, out_dir
-from .test_service import create, make_home
 
 ABORT = "terminate called"
 
@@ -115,7 +124,7 @@ def test_serve_stops_cleanly_and_the_run_resumes(tmp_path, slice_path, warm_cach
     home = make_home(tmp_path, slice_path, warm_cache)
     serve = Serve(home)
     with serve.client() as c:
-        run = create(c, steps=12, eval_every=6)
+        run = create(c, steps=30, eval_every=6)  # long enough that the stop lands before its end
         moment(home, c, run["id"], serve)
     assert stop_with(serve) == 0
     assert "Finished server process" in serve.output() and "stopped" in serve.output()
@@ -123,7 +132,7 @@ def test_serve_stops_cleanly_and_the_run_resumes(tmp_path, slice_path, warm_cach
     again = Serve(home)
     try:
         with again.client() as c:
-            assert_finished_by_the_next_start(again.url, c, run["id"], 12)
+            assert_finished_by_the_next_start(again.url, c, run["id"], 30)
     finally:
         assert again.stop() == 0
 

@@ -7,21 +7,13 @@ from __future__ import annotations
 import pytest
 
 from .browser import needs_chromium, shot
-from .service_helpers import AppServer, Worker
-from .test_service import make_home
 
 pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory, slice_path, warm_cache):
-    home = make_home(tmp_path_factory.mktemp("sweep-pages"), slice_path, warm_cache)
-    app = AppServer(home)
-    workers = [Worker(home, "p1"), Worker(home, "p2")]
-    yield app
-    for w in workers:
-        w.stop()
-    app.stop()
+def site(start_service):
+    return start_service("sweep-pages", workers=("p1", "p2")).app
 
 
 def chart_points(page, element_id: str) -> int:
@@ -83,5 +75,5 @@ def test_a_bad_yaml_config_is_refused_in_the_form(site, page):
     page.click("#sweep-form button[type=submit]")
     page.wait_for_selector("#sweep-error")
     assert page.inner_text("#sweep-error") == ("parameters.learning_rate: 'learning_rate' is not a run option "
-                                               "(GET /api/options lists them)")
+                                               "(did you mean 'lr'? GET /api/options lists them)")
     shot(page, "sweep-form-error")

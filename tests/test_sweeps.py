@@ -5,17 +5,22 @@ Trials are ordinary runs of the tiny preset (a few seconds each on 2 cores).
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from .service_helpers import AppServer, Worker, read_events, wait_for
-from .test_service import make_home
+from .service_helpers import (
+    AppServer,
+    Worker,
+    crash_worker,
+    make_home,
+    read_events,
+    tinygpt_here,
+    wait_for,
+)
 
 BASE = {"preset": "tiny", "device": "cpu", "precision": "fp32", "batch_size": 4, "threads": 1, "seed": 5,
-        "steps": 20, "eval_every": 5, "eval_batches": 4, "sample_tokens": 8}
+        "steps": 10, "eval_every": 5, "eval_batches": 2, "sample_tokens": 8}
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +65,7 @@ def test_a_grid_sweep_runs_every_point_once_on_two_workers(service):
     assert detail["best"]["run_id"] == best["run_id"] and detail["best"]["objective"] == best["best_val_loss"]
     assert set(detail["importance"]) == {"lr", "dropout"} and abs(sum(detail["importance"].values()) - 1) < 1e-3
     kinds = [e["data"]["kind"] for e in events if e["event"] == "trial"]
-    assert kinds.count("created") == 4 and kinds.count("finished") == 4 and kinds.count("evaluated") == 16
+    assert kinds.count("created") == 4 and kinds.count("finished") == 4 and kinds.count("evaluated") == 8
     assert events[-2]["event"] == "sweep" and events[-2]["data"]["status"] == "finished"
     assert events[-1]["event"] == "end"
     told = events[-3]["data"]  # the sweep_finished alert (webhooks, when set), just before its end
@@ -89,11 +94,11 @@ def test_a_hopeless_trial_is_pruned_before_its_last_step(service):
     with app.client() as c:
         sweep = create_sweep(c, method="grid", parameters={"lr": {"values": [0.01, 0.008, 1e-7]}}, parallel=1,
                              early_terminate={"type": "median", "min_iter": 1}, seed=3,
-                             base={**BASE, "steps": 40})
+                             base={**BASE, "steps": 20})
         read_events(f"{app.url}/api/sweeps/{sweep['id']}/events", timeout=300)
         detail = c.get(f"/api/sweeps/{sweep['id']}").json()
     hopeless = next(t for t in detail["trials"] if t["params"]["lr"] == 1e-7)
-    assert hopeless["status"] == "pruned" and hopeless["last_step"] < 40
+    assert hopeless["status"] == "pruned" and hopeless["last_step"] < 20
     assert hopeless["objective"] is None and hopeless["best_val_loss"] is not None  # metrics kept
     assert detail["best"]["params"]["lr"] in (0.01, 0.008)
     files = files_of(detail, home)[hopeless["trial"]]
@@ -102,7 +107,7 @@ def test_a_hopeless_trial_is_pruned_before_its_last_step(service):
 
 @pytest.mark.parametrize("config, field, message", [
     ({"parameters": {"learning_rate": {"values": [0.1]}}}, ["parameters", "learning_rate"],
-     "'learning_rate' is not a run option (GET /api/options lists them)"),
+     "'learning_rate' is not a run option (did you mean 'lr'? GET /api/options lists them)"),
     ({"parameters": {"lr": {"min": 1e-4, "max": 5.0}}, "method": "random", "run_cap": 2}, ["parameters", "lr"],
      "max 5.0: lr must be in (0, 1], got 5.0"),
     ({"parameters": {"dropout": {"values": [0.1, 1.5]}}}, ["parameters", "dropout"],
@@ -117,7 +122,7 @@ def test_a_hopeless_trial_is_pruned_before_its_last_step(service):
     ({"early_terminate": {"type": "bohb"}}, ["early_terminate", "type"],
      "Value error, early_terminate type must be one of hyperband, median"),
     ({"early_terminate": {"type": "hyperband", "min_iter": 9}}, ["early_terminate", "min_iter"],
-     "min_iter 9 is more than a trial's 4 evaluation(s) (steps / eval_every)"),
+     "min_iter 9 is more than a trial's 2 evaluation(s) (steps / eval_every)"),
 ])
 def test_bad_sweep_configs_are_refused_naming_what_is_wrong(service, config, field, message):
     _, app = service
@@ -165,16 +170,11 @@ base: {preset: tiny, device: cpu, precision: fp32, threads: 1, steps: 10, eval_e
 """
 
 
-def tinygpt(home, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], env=home.env(), capture_output=True, text=True,
-                          timeout=120, cwd=Path(__file__).resolve().parent.parent)
-
-
 def test_tinygpt_sweep_submits_a_wandb_yaml_to_a_dashboard(service, tmp_path):
     home, app = service
     config = tmp_path / "sweep.yaml"
     config.write_text(SWEEP_YAML)
-    done = tinygpt(home, "sweep", "--config", str(config), "--url", app.url)
+    done = tinygpt_here("sweep", "--config", config, "--url", app.url, env=home.env())
     assert done.returncode == 0, done.stderr
     sweep_id = int(done.stdout.split()[1])
     assert done.stdout == f"sweep {sweep_id} (from the command line): 2 trials planned; {app.url}/sweeps/{sweep_id}\n"
@@ -189,21 +189,23 @@ def test_tinygpt_sweep_submits_a_wandb_yaml_to_a_dashboard(service, tmp_path):
     (SWEEP_YAML.replace("dropout:", "drop_out:"), "parameters.drop_out: 'drop_out' is not a run option"),
     (SWEEP_YAML.replace("method: random", "method: hyperopt"), "method: method must be one of grid, random, bayes"),
     ("method: [grid\n", "config: not valid YAML (line 2)"),
+    # aliases expand later (each level of nesting ten times more): refused before anything expands them
+    ("a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n",
+     "config: not valid YAML (line 2): aliases (*name) are not accepted: write the value out"),
 ])
 def test_tinygpt_sweep_refuses_a_bad_config_in_one_line(service, tmp_path, text, message):
     home, _ = service
     config = tmp_path / "sweep.yaml"
     config.write_text(text)
-    done = tinygpt(home, "sweep", "--config", str(config))  # the local home: checked before anything is stored
+    done = tinygpt_here("sweep", "--config", config, env=home.env())  # the local home: checked before anything is stored
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith(f"tinygpt sweep: error: {message}") and done.stderr.count("\n") == 1, done.stderr
 
 
 @pytest.mark.slow  # a minute: a trial's worker killed, the trial resumed
 def test_a_worker_killed_mid_trial_leaves_one_result_for_it(tmp_path, slice_path, warm_cache, database_faults):
-    import signal
 
-    from app import study as studies
+    from app.services import study as studies
     from app.settings import Settings
 
     home = make_home(tmp_path, slice_path, warm_cache, **database_faults)
@@ -215,8 +217,7 @@ def test_a_worker_killed_mid_trial_leaves_one_result_for_it(tmp_path, slice_path
             run_id = sweep["trials"][0]["run_id"]
             wait_for(lambda: (home.path / "runs" / str(run_id) / "last.pt").exists(), timeout=120, message="step 10")
             wait_for(lambda: c.get(f"/api/runs/{run_id}").json()["last_step"] >= 25, timeout=120, message="step 25")
-            worker.signal(signal.SIGKILL)
-            worker.popen.wait()
+            crash_worker(worker, home, run_id)  # the machine dies: worker and job at once
             worker = Worker(home, "killed")  # its runs: crashed, re-queued, resumed from step 20
             events = read_events(f"{app.url}/api/sweeps/{sweep['id']}/events", timeout=300)
             detail = c.get(f"/api/sweeps/{sweep['id']}").json()

@@ -211,3 +211,22 @@ def test_compiled_run_saves_plain_weights(tmp_path, tiny_config, cache_dir):
     result = train(tiny_config(steps=10, eval_every=10, compile=True, sample_tokens=0), tmp_path, cache_dir=cache_dir)
     state = read_checkpoint(tmp_path / "best.pt")
     assert result.steps_done == 10 and not any("_orig_mod" in k for k in state["model"])
+
+
+# peak memory of the holmes preset on an H200 by batch (BENCHMARKS.md, "GPU: holmes sweep"): fp32 and bf16, MiB
+H200_PEAK_MIB = {8: (486, 372), 32: (1551, 1046), 64: (2971, 1950), 128: (5810, 3757), 256: (11488, 7372)}
+
+
+@pytest.mark.parametrize("batch", sorted(H200_PEAK_MIB))
+def test_the_memory_estimate_is_a_lower_bound_close_to_measured_peaks(batch):
+    """What the dashboard refuses runs with: never above what a run really took, and within 20% of it."""
+    for precision, measured in zip(("fp32", "bf16"), H200_PEAK_MIB[batch], strict=True):
+        estimate = TrainConfig(preset="holmes", batch_size=batch, precision=precision).memory_estimate() / 2**20
+        assert 0.8 * measured <= estimate <= measured, (precision, estimate, measured)
+
+
+def test_the_memory_estimate_follows_its_options():
+    base = TrainConfig(preset="holmes", batch_size=64, precision="fp32")
+    checkpointed = TrainConfig(preset="holmes", batch_size=64, precision="fp32", grad_checkpointing=True)
+    assert checkpointed.memory_estimate() < base.memory_estimate() / 2  # the logits stay
+    assert base.memory_estimate(processes=2) < base.memory_estimate()  # the batch is split among processes

@@ -6,7 +6,6 @@ Real processes (app, workers, jobs) on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
-import signal
 import socket
 import subprocess
 import sys
@@ -14,8 +13,7 @@ import time
 
 import pytest
 
-from .service_helpers import ROOT, AppServer, Worker, read_events, wait_for
-from .test_service import create, make_home
+from .service_helpers import ROOT, AppServer, Worker, crash_worker, create, make_home, read_events, wait_for
 
 
 def status_history(app: AppServer, run_id: int) -> list[str]:
@@ -85,8 +83,7 @@ def test_the_runs_of_a_killed_worker_are_recovered_by_another_at_once(tmp_path, 
         with app.client() as c:
             run = create(c, steps=60, eval_every=20)
             wait_for(lambda: c.get(f"/api/runs/{run['id']}").json()["last_step"] >= 25, timeout=120, message="step 25")
-            doomed.signal(signal.SIGKILL)
-            doomed.popen.wait()
+            crash_worker(doomed, home, run["id"])  # the job dies with it: nothing re-queues the run but the rescuer
             rescuer = Worker(home, None, log_name="rescuer")
             assert status_history(app, run["id"]) == ["running", "crashed", "queued", "running", "succeeded"]
             final = c.get(f"/api/runs/{run['id']}").json()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .model import GPT, GPTConfig
+from .model import GPT, GPTConfig, check_model_sizes
 from .tokenizer import Tokenizer
 
 CHECKPOINT_VERSION = 1
@@ -72,34 +72,48 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[GPT, Tokenizer, dict]:
-    """Rebuild the model (in eval mode, on ``device``) and tokenizer stored in a checkpoint.
+    """Rebuild the model (in eval mode, on ``device``) and tokenizer stored in a checkpoint, once
+    :func:`checked_parts` has bounded every part of it (nothing is built from an unchecked size).
 
     >>> model, tokenizer, state = load_model("runs/holmes/best.pt")  # doctest: +SKIP
     >>> state["step"], state["best_val_loss"]  # doctest: +SKIP
     (1250, 3.86)
     """
     state = read_checkpoint(path)
-    model = GPT(GPTConfig.from_dict(state["model_config"]))
+    config, tokenizer = checked_parts(state, Path(path))
+    model = GPT(config)
     model.load_state_dict(state["model"])
     model.to(device).eval()
-    tokenizer = Tokenizer.from_dict(state["tokenizer"], source=f"tokenizer in {path}")
     return model, tokenizer, state
 
 
 def verify_checkpoint(path: str | Path) -> dict:
-    """Check that ``path`` is a checkpoint this library can load, without building the model in memory
-    (a forged ``model_config`` could ask for any size): tensors and plain data only (``weights_only``),
-    a model config that makes a model, weights whose names and shapes are that model's (checked on the
-    ``meta`` device, which allocates nothing) and a tokenizer. Returns its state; CheckpointError otherwise."""
+    """Check that ``path`` is a checkpoint this library can load (:func:`checked_parts`), without
+    building the model in memory. Returns its state; CheckpointError otherwise."""
     state = read_checkpoint(path)
+    checked_parts(state, Path(path))
+    return state
+
+
+def checked_parts(state: dict, path: Path) -> tuple[GPTConfig, Tokenizer]:
+    """A checkpoint's model config and tokenizer, each bounded before it is built (a forged file could ask
+    for any size): tensors and plain data only (``weights_only``, read before); model sizes within the run
+    options' bounds (:data:`~tinygpt.model.SIZE_BOUNDS`); weights whose names and shapes are that model's
+    (checked on the ``meta`` device, which allocates nothing); a tokenizer whose merges and tokens are
+    bounded (:data:`~tinygpt.tokenizer.MAX_TOKEN_BYTES`) with no more ids than the model's vocabulary.
+    CheckpointError naming what is wrong otherwise."""
     try:
         config = GPTConfig.from_dict(state["model_config"])
+        check_model_sizes(config)
         with torch.device("meta"):
             model = GPT(config)
         model.load_state_dict(state["model"], strict=True, assign=True)
-        Tokenizer.from_dict(state["tokenizer"], source="the checkpoint's tokenizer")
-    except Exception as exc:  # a missing key, a wrong shape, a bad config or tokenizer: all say "not loadable"
+        tokenizer = Tokenizer.from_dict(state["tokenizer"], source="the checkpoint's tokenizer")
+        if tokenizer.vocab_size > config.vocab_size:
+            raise ValueError(f"the tokenizer has {tokenizer.vocab_size} ids but the model's vocabulary is "
+                             f"{config.vocab_size}")
+    except Exception as exc:  # a missing key, a wrong shape, a bad size or tokenizer: all say "not loadable"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{Path(path).name} is not a checkpoint of a tinygpt model ({type(exc).__name__}: "
+        raise CheckpointError(f"{path.name} is not a checkpoint of a tinygpt model ({type(exc).__name__}: "
                               f"{first[:300]})") from None
-    return state
+    return config, tokenizer

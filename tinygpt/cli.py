@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -31,41 +30,16 @@ from .dashboard_client import DashboardError
 from .data import CorpusError
 from .gutenberg import GUTENBERG_URL, DownloadError
 from .options import Option
+from .paths import Paths
 from .presets import ARCHS, PRESETS, UnknownPresetError
 from .report import CHECKPOINT_MODES, Reporter
-from .run_import import RunImportError
+from .run_import import RunImportError, read_config_arg, train_options
 from .tokenizer import TokenizerError
 from .train import TrainConfig
 
 EXPECTED_ERRORS = (ValueError, CorpusError, TokenizerError, CheckpointError, DownloadError, UnknownPresetError, OSError,
                    DashboardError, RunImportError)
 DEFAULT_DASHBOARD = "http://127.0.0.1:8000"
-
-
-class Paths:
-    """Where the CLI keeps things: read from the environment here and nowhere else in the library.
-
-    ``TINYGPT_HOME`` (default ``~/.tinygpt``) holds ``cache/`` and ``datasets/``;
-    ``TINYGPT_HOLMES_PATH``, when set, is the Holmes corpus to use instead of a download;
-    ``TINYGPT_REPORT_TO`` and ``TINYGPT_API_TOKEN``: the dashboard that ``train``, ``sync`` and
-    ``import`` report to, and its token (the flags ``--report-to``/``--url`` and ``--token`` win).
-    """
-
-    def __init__(self) -> None:
-        self.home = Path(os.environ.get("TINYGPT_HOME") or Path.home() / ".tinygpt").expanduser()
-        holmes = os.environ.get("TINYGPT_HOLMES_PATH")
-        self.holmes_override = Path(holmes).expanduser() if holmes else None
-        self.report_to = os.environ.get("TINYGPT_REPORT_TO") or None
-        self.api_token = os.environ.get("TINYGPT_API_TOKEN") or None
-
-    @property
-    def cache_dir(self) -> Path:
-        return self.home / "cache"
-
-    def holmes_corpus(self) -> Path:
-        if self.holmes_override:
-            return self.holmes_override
-        return self.home / "datasets" / "holmes.txt"
 
 
 # -- argument types: one-line messages for bad values ---------------------------------
@@ -156,11 +130,12 @@ def add_option_flags(parser: argparse.ArgumentParser) -> None:
     groups = {name: parser.add_argument_group(f"{name} options") for name in GROUPS}
     for spec in OPTIONS.values():
         group = groups[spec.group]
+        # no default here: a flag not given leaves the option to --config, then to the declaration
         if spec.kind is bool:
-            group.add_argument(spec.flag, action="store_true", help=option_help(spec))
+            group.add_argument(spec.flag, action="store_true", default=argparse.SUPPRESS, help=option_help(spec))
         else:
-            group.add_argument(spec.flag, type=option_type(spec), default=spec.default, metavar=spec.name.upper(),
-                               help=option_help(spec))
+            group.add_argument(spec.flag, type=option_type(spec), default=argparse.SUPPRESS,
+                               metavar=spec.name.upper(), help=option_help(spec))
 
 
 def add_token_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -186,6 +161,8 @@ def build_parser(extra: Sequence[ExtraCommand] = ()) -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train a model", description="Train a model. The run options below are the "
                        "dashboard's too (tinygpt/train.py declares each once).")
     add_option_flags(p)
+    p.add_argument("--config", help="run options as a JSON file (the API's body, or a run folder's config.json) "
+                   "or '{...}'; the flags given win; an unknown option is refused")
     p.add_argument("--corpus", type=Path, help="UTF-8 text file (default: the Holmes corpus)")
     p.add_argument("--out", type=Path, required=True, help="run folder (metrics.csv, best.pt, config.json)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
@@ -198,10 +175,15 @@ def build_parser(extra: Sequence[ExtraCommand] = ()) -> argparse.ArgumentParser:
                    "end (default), at each new best, or never")
     r.add_argument("--name", help="the run's name on the dashboard (default: the run folder's name)")
     r.add_argument("--tag", action="append", default=[], help="a tag on the dashboard (repeatable)")
+    r.add_argument("--notify-url", action="append", default=[], metavar="URL", help="a webhook that gets this "
+                   "run's alerts, besides the dashboard's own (repeatable; the dashboard's rules for receivers apply)")
+    r.add_argument("--notify", metavar="ALERTS", help="which alerts to send, comma-separated, e.g. "
+                   "failed,nonfinite_loss,stalled (default: all)")
 
     p = sub.add_parser("sync", help="send what a run trained with --report-to has not sent yet (offline runs)")
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    p.add_argument("--url", help="the dashboard (default: the one the run reported to)")
+    p.add_argument("--url", help="the dashboard (default: $TINYGPT_REPORT_TO, else the one the run reported to, "
+                   "asked without the token: it is sent only to an address you give)")
     add_token_argument(p)
 
     p = sub.add_parser("import", help="bring finished run folders or metrics CSV files into a dashboard")
@@ -287,13 +269,14 @@ def cmd_train(args: argparse.Namespace, paths: Paths) -> int:
     from .train import OPTIONS, CallbackList, NonFiniteLoss, Trainer
 
     corpus = args.corpus or paths.holmes_corpus()
-    config = TrainConfig(corpus=str(corpus), **{name: getattr(args, name) for name in OPTIONS})
-    config.validate()
+    from_file = train_options(read_config_arg(args.config)) if args.config else {}
+    flags = {name: getattr(args, name) for name in OPTIONS if hasattr(args, name)}
+    config = TrainConfig.from_dict({**from_file, **flags, "corpus": str(corpus)})
     if not corpus.exists() and args.corpus is None:
         raise CorpusError(f"no corpus at {corpus}; run `tinygpt data holmes` or pass --corpus PATH")
     dist = dist_info()  # launched by torchrun: one rank of several (DistributedDataParallel)
     reporter = start_reporting(args, paths, config) if dist.is_main else None
-    progress = ProgressCallbacks(total_steps=args.steps, bar=not args.no_progress and dist.is_main)
+    progress = ProgressCallbacks(total_steps=config.steps, bar=not args.no_progress and dist.is_main)
     callbacks = CallbackList(progress, reporter) if reporter else progress
     try:
         trainer = Trainer(config, args.out, callbacks=callbacks, cache_dir=paths.cache_dir, resume=args.resume,
@@ -339,7 +322,8 @@ def start_reporting(args: argparse.Namespace, paths: Paths, config: TrainConfig)
         return None
     from .report import open_report, run_meta
 
-    meta = run_meta(config, name=args.name, tags=args.tag, out_dir=args.out)
+    meta = run_meta(config, name=args.name, tags=args.tag, out_dir=args.out,
+                    notify_urls=args.notify_url, notify_events=args.notify.split(",") if args.notify else None)
     return open_report(url, args.token or paths.api_token, out_dir=args.out, meta=meta, resume=args.resume,
                        checkpoints=args.report_checkpoints)
 
@@ -356,7 +340,7 @@ def end_reporting(reporter: Reporter | None, out: Path, status: str, **fields: s
 def cmd_sync(args: argparse.Namespace, paths: Paths) -> int:
     from .report import sync_run
 
-    run_id, sent = sync_run(args.run_dir, url=args.url, token=args.token or paths.api_token)
+    run_id, sent = sync_run(args.run_dir, url=args.url or paths.report_to, token=args.token or paths.api_token)
     print(f"synced {args.run_dir}: {sent} item(s) sent; run {run_id}")
     return 0
 
@@ -451,7 +435,8 @@ COMMANDS = {
 }
 
 
-def main(argv: Sequence[str] | None = None, extra: Sequence[ExtraCommand] = ()) -> int:
+def main(argv: Sequence[str] | None = None, extra: Sequence[ExtraCommand] = (), paths: Paths | None = None) -> int:
+    """``paths``: given by a program built on the library (the dashboard's settings); default: the environment's."""
     parser = build_parser(extra)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
@@ -460,7 +445,7 @@ def main(argv: Sequence[str] | None = None, extra: Sequence[ExtraCommand] = ()) 
         if args.command in extra_by_name:
             return extra_by_name[args.command].run(args)
         handler = cmd_tokenizer_train if args.command == "tokenizer" else COMMANDS[args.command]
-        return handler(args, Paths())
+        return handler(args, paths or Paths.from_environment())
     except EXPECTED_ERRORS as exc:
         print(f"tinygpt {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -3,7 +3,8 @@ and ``tinygpt import`` send. Standard library only (``http.client``): the librar
 
 Errors, each one line: :class:`DashboardUnreachable` (nothing answered: connection refused, timeout, DNS),
 :class:`TokenRefused` (401/403) and :class:`DashboardRejected` (any other refusal, with the API's message
-naming the field).
+naming the field). Redirects are never followed (the token would go wherever one points): a redirect is a
+refusal that names its target.
 """
 
 from __future__ import annotations
@@ -86,28 +87,35 @@ class DashboardClient:
         reused = self.connection is not None
         try:
             try:
-                status, text = self.exchange(method, self.prefix + path, data, head)
+                status, text, location = self.exchange(method, self.prefix + path, data, head)
             except STALE as exc:  # the server closed a kept-alive connection meanwhile: once more, on a new one
                 if not reused or not isinstance(data, bytes | None):
                     raise exc
                 self.close()
-                status, text = self.exchange(method, self.prefix + path, data, head)
+                status, text, location = self.exchange(method, self.prefix + path, data, head)
         except (OSError, http.client.HTTPException) as exc:  # refused, reset, timed out, cut off
             self.close()
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__  # "Connection refused"
             raise DashboardUnreachable(f"cannot reach {self.url} ({reason})") from None
+        if 300 <= status < 400:
+            raise DashboardRejected(status, f"{self.url} answered a redirect ({status}) to {location or 'nowhere'}: "
+                                            "give the dashboard's own address (redirects are not followed, so the "
+                                            "token never goes elsewhere)")
         if status in (401, 403):
             raise TokenRefused(f"the dashboard at {self.url} refused the API token ({error_message(status, text)})")
         if status in (502, 503, 504):
             raise DashboardUnreachable(f"{self.url} answered {status}")
         if status >= 400:
             raise DashboardRejected(status, error_message(status, text))
+        if not text and status != 204:
+            raise DashboardUnreachable(f"{self.url} gave an empty answer (not a dashboard?)")
         try:
             return json.loads(text or b"null")
         except ValueError as exc:  # an answer that is not JSON: not a dashboard, or cut off
             raise DashboardUnreachable(f"{self.url} gave an unreadable answer ({exc})") from None
 
-    def exchange(self, method: str, path: str, data: object, headers: dict) -> tuple[int, bytes]:
+    def exchange(self, method: str, path: str, data: object, headers: dict) -> tuple[int, bytes, str | None]:
+        """One request: (status, body, a redirect's Location)."""
         if self.connection is None:
             self.connection = self.connection_class(self.netloc, timeout=self.timeout)
         self.connection.request(method, path, body=data, headers=headers)
@@ -115,7 +123,7 @@ class DashboardClient:
         text = response.read()
         if response.will_close:
             self.close()
-        return response.status, text
+        return response.status, text, response.getheader("Location")
 
     def close(self) -> None:
         if self.connection is not None:
@@ -143,3 +151,6 @@ class DashboardClient:
 
     def import_run(self, payload: dict) -> dict:
         return self.request("POST", "/api/runs/import", body=payload)
+
+    def create_sweep(self, payload: dict) -> dict:
+        return self.request("POST", "/api/sweeps", body=payload)

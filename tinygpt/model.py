@@ -28,6 +28,12 @@ NormKind = Literal["layernorm", "rmsnorm"]
 MlpKind = Literal["gelu", "swiglu"]
 
 
+#: The sizes a model may have: the run options' bounds (``tinygpt/train.py``), and what a checkpoint may
+#: ask for before anything is built from it (:func:`check_model_sizes`).
+SIZE_BOUNDS: dict[str, tuple[int, int]] = {"vocab_size": (256, 65536), "context": (8, 8192), "d_model": (8, 4096),
+                                           "n_heads": (1, 64), "n_layers": (1, 64)}
+
+
 @dataclass(frozen=True)
 class GPTConfig:
     vocab_size: int = 4096
@@ -72,6 +78,20 @@ class GPTConfig:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+def check_model_sizes(config: GPTConfig) -> None:
+    """ValueError naming the first size outside :data:`SIZE_BOUNDS` (a forged config asking for any size).
+
+    >>> check_model_sizes(GPTConfig(d_model=8192, n_heads=8))
+    Traceback (most recent call last):
+    ...
+    ValueError: d_model must be in [8, 4096], got 8192
+    """
+    for name, (low, high) in SIZE_BOUNDS.items():
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(f"{name} must be in [{low}, {high}], got {value!r}")
+
+
 class Linear(nn.Linear):
     """``nn.Linear`` with a faster path for one-token inference (KV-cache decoding).
 
@@ -108,7 +128,10 @@ def make_norm(config: GPTConfig) -> nn.Module:
     return nn.LayerNorm(config.d_model, bias=config.bias)
 
 
-def rope_tables(head_dim: int, length: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
+Rope = tuple[torch.Tensor, torch.Tensor]  # the (cos, sin) tables of rotary embeddings, (T, head_dim) each
+
+
+def rope_tables(head_dim: int, length: int, base: float) -> Rope:
     """cos and signed sin tables, each (length, head_dim), for rotary embeddings.
 
     Dimension i of the first half pairs with dimension i of the second half and both turn by
@@ -164,13 +187,7 @@ class CausalSelfAttention(nn.Module):
         self.proj.residual_out = True
         self.dropout = config.dropout
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor] | None,
-        cache: KVCache | None = None,
-        start_pos: int = 0,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: Rope | None, cache: KVCache | None = None, start_pos: int = 0) -> torch.Tensor:
         B, T, C = x.shape
         h, hd = self.config.n_heads, self.config.head_dim
         qkv = self.qkv(x).view(B, T, 3, h, hd).transpose(1, 3)  # (B, heads, 3, T, head_dim)
@@ -221,13 +238,7 @@ class Block(nn.Module):
         self.mlp = MLP(config)
         self.drop = nn.Dropout(config.dropout)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor] | None,
-        cache: KVCache | None = None,
-        start_pos: int = 0,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: Rope | None, cache: KVCache | None = None, start_pos: int = 0) -> torch.Tensor:
         if cache is not None:  # decoding: eval mode, no dropout, skip the module calls
             x = x + self.attn(self.norm1(x), rope, cache, start_pos)
             return x + self.mlp(self.norm2(x))

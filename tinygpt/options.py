@@ -14,7 +14,9 @@ ValueError: lr must be in (0, 1], got 5.0
 
 from __future__ import annotations
 
+import difflib
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,11 +117,46 @@ class Option:
 
 
 def fmt(number: float | None) -> str:
-    """>>> fmt(10_000_000), fmt(0.5), fmt(1e-4)
+    """A bound as the messages write it.
+
+    >>> fmt(10_000_000), fmt(0.5), fmt(1e-4)
     ('10000000', '0.5', '0.0001')
     """
     return "" if number is None else (f"{number:g}" if isinstance(number, float) and number < 1e-4 else
                                       str(int(number)) if float(number).is_integer() else repr(number))
+
+
+#: What other tools call some of these options (nanoGPT, Hugging Face, Keras): a guess by one of these names is
+#: answered with ours.
+OTHER_NAMES = {
+    "learning_rate": "lr", "max_lr": "lr", "max_iters": "steps", "max_steps": "steps", "iters": "steps",
+    "num_steps": "steps", "n_layer": "n_layers", "num_layers": "n_layers", "n_head": "n_heads",
+    "num_heads": "n_heads", "n_embd": "d_model", "hidden_size": "d_model", "block_size": "context",
+    "seq_len": "context", "context_length": "context", "max_seq_len": "context", "warmup_iters": "warmup",
+    "warmup_steps": "warmup", "eval_interval": "eval_every", "eval_iters": "eval_batches",
+    "log_interval": "log_every", "gradient_accumulation_steps": "grad_accum", "batch": "batch_size",
+    "dtype": "precision", "seeds": "seed", "random_seed": "seed", "epochs": "steps",
+}
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str | None:
+    """The known name someone who wrote ``name`` most likely meant, or None.
+
+    >>> did_you_mean("learning_rate", ["lr", "steps"]), did_you_mean("step", ["lr", "steps"]), did_you_mean("x", ["lr"])
+    ('lr', 'steps', None)
+    """
+    known = list(known)
+    other = OTHER_NAMES.get(name.lower())
+    if other in known:
+        return other
+    close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def unknown_name_message(name: str, known: Iterable[str], what: str = "field") -> str:
+    """e.g. "unknown field 'learning_rate': did you mean 'lr'?" (the one message every layer shows)."""
+    guess = did_you_mean(name, known)
+    return f"unknown {what} {name!r}" + (f": did you mean {guess!r}?" if guess else "")
 
 
 def option(default: Any, help: str, group: str, **spec: Any) -> Any:

@@ -85,24 +85,43 @@ def model_config(preset: str, arch: str | None = None, **overrides: object) -> G
 @cache
 def parameter_count(preset: str, arch: str | None = None) -> int:
     """Parameters of a preset (built on the meta device: no memory, no time)."""
-    import torch
-
-    with torch.device("meta"):
-        return GPT(model_config(preset, arch)).num_params()
+    return meta_params(model_config(preset, arch))
 
 
 def model_size(config: GPTConfig, batch_size: int) -> dict:
-    """Parameters (built on the meta device: no memory, no time) and a rough fp32 training memory in MiB:
-    16 bytes a parameter (weights, gradients, AdamW's two moments) plus the activations kept for the
-    backward pass (Korthikanti et al. 2022: s·b·h·(34 + 5·a·s/h) bytes a layer in 16-bit, twice that in
-    fp32) and the logits with their gradient."""
+    """Parameters (built on the meta device: no memory, no time) and the fp32 training memory in MiB
+    (:func:`training_memory`): what the new-run form shows."""
+    return {"params": meta_params(config), "memory_mib": round(training_memory(config, batch_size) / 2**20, 1)}
+
+
+def meta_params(config: GPTConfig) -> int:
     import torch
 
     with torch.device("meta"):
-        params = GPT(config).num_params()
-    b, s, h, a = batch_size, config.context, config.d_model, config.n_heads
-    activations = config.n_layers * s * b * h * (34 + 5 * a * s / h) * 2 + 2 * b * s * config.vocab_size * 4
-    return {"params": params, "memory_mib": round((16 * params + activations) / 2**20, 1)}
+        return GPT(config).num_params()
+
+
+def training_memory(config: GPTConfig, batch_size: int, *, precision: str = "fp32", grad_checkpointing: bool = False,
+                    processes: int = 1) -> int:
+    """About how many bytes one training process needs at least (``processes`` share the batch), before
+    PyTorch's own ~0.3 GB: fp32 weights, gradients and AdamW's two moments (16 bytes a parameter), the
+    activations a step keeps for its backward pass (about 80 bytes per token, layer and unit of width;
+    with ``grad_checkpointing`` each block's input and one block's worth), and the logits (12 bytes per
+    token and vocabulary entry). No attention scores (flash attention keeps none): a lower bound, 6-13%
+    under the peaks of the H200 holmes sweep in BENCHMARKS.md (batch 8-256, fp32 and bf16; batch 256
+    fp32: 11,488 MiB measured, 10,840 estimated). The dashboard refuses runs that cannot fit with it.
+
+    >>> round(training_memory(model_config("holmes"), 256) / 2**30, 1)
+    10.6
+    """
+    tokens = -(-batch_size // processes) * config.context
+    block = 80 * config.d_model  # what one block keeps for its backward pass, per token
+    # checkpointing keeps each block's input (4 bytes a unit) and recomputes one block at a time
+    kept = config.n_layers * 4 * config.d_model + block if grad_checkpointing else config.n_layers * block
+    activations = tokens * (kept + 12 * config.vocab_size)
+    if precision != "fp32":  # bf16/fp16 autocast (or "auto", which may pick one): about 0.64x (the H200 sweep)
+        activations = activations * 16 // 25
+    return 16 * meta_params(config) + activations
 
 
 def list_presets() -> list[dict]:

@@ -22,8 +22,14 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
-from .dashboard_client import DashboardClient, DashboardError, DashboardRejected, DashboardUnreachable
-from .train import Callbacks, OverfitWatch, Sample, StepMetrics, TrainConfig
+from .dashboard_client import (
+    DashboardClient,
+    DashboardError,
+    DashboardRejected,
+    DashboardUnreachable,
+    TokenRefused,
+)
+from .train import Callbacks, Sample, StepMetrics, TrainConfig
 
 BATCH_ITEMS = 500  # lines per request: ~100 KB, well under the dashboard's request cap
 POLL_SEC = 1.0  # an idle sender asks the dashboard this often (heartbeat; a cancel is seen within it)
@@ -245,12 +251,18 @@ class Sender:
         return sent
 
 
-def run_meta(config: TrainConfig, *, name: str | None, tags: list[str], out_dir: Path) -> dict:
-    """What the dashboard's run is created with: its name, tags, host and the run options."""
+def run_meta(config: TrainConfig, *, name: str | None, tags: list[str], out_dir: Path,
+             notify_urls: list[str] | None = None, notify_events: list[str] | None = None) -> dict:
+    """What the dashboard's run is created with: its name, tags, host and the run options, and its
+    notifications (``--notify-url``, ``--notify``: the dashboard checks them, as it does a form's)."""
     options = {k: v for k, v in config.to_dict().items() if k not in ("corpus", "device")}
     corpus = Path(config.corpus)
+    notify: dict = {"urls": notify_urls} if notify_urls else {}
+    if notify_events is not None:
+        notify["events"] = [e.strip() for e in notify_events if e.strip()]
+    extra = {"notify": notify} if notify else {}
     return {"name": name or out_dir.resolve().name, "tags": tags, "host": socket.gethostname(),
-            "device": config.device, "config": {**options, "dataset": corpus.stem or "corpus"}}
+            "device": config.device, "config": {**options, "dataset": corpus.stem or "corpus", **extra}}
 
 
 class Reporter(Callbacks):
@@ -262,7 +274,6 @@ class Reporter(Callbacks):
         self.journal = journal
         self.sender = sender
         self.checkpoints = checkpoints
-        self.overfit = OverfitWatch()
         self.last_eval: StepMetrics | None = None
 
     def add(self, kind: str, data: dict) -> None:
@@ -277,12 +288,7 @@ class Reporter(Callbacks):
         self.add("metric", asdict(metrics))
 
     def on_eval(self, metrics: StepMetrics) -> None:
-        self.last_eval = metrics
-        if self.overfit.update(metrics.step, metrics.val_loss):
-            o = self.overfit
-            self.add("alert", {"kind": "overfitting", "message": f"overfitting since step {o.since}: validation loss "
-                               f"above its best ({o.best:.4f} at step {o.best_step}) for {o.evals} evaluations; the "
-                               "best checkpoint is kept"})
+        self.last_eval = metrics  # (the dashboard judges overfitting from the rows: app/services/run_records.py)
 
     def on_sample(self, sample: Sample) -> None:
         self.add("sample", asdict(sample))
@@ -328,15 +334,25 @@ def open_report(url: str, token: str | None, *, out_dir: Path, meta: dict, resum
 
 def sync_run(run_dir: Path, *, url: str | None, token: str | None, on_progress: object = None) -> tuple[int, int]:
     """Send what a run folder's journal still holds (``tinygpt sync``): (the dashboard's run id, items sent).
-    Another ``url`` than the journal's sends the whole run there, as a new run of that dashboard."""
+    Another ``url`` than the journal's sends the whole run there, as a new run of that dashboard.
+
+    The token goes only to a ``url`` the user gave (``--url`` or ``TINYGPT_REPORT_TO``): a run folder is
+    data, and one copied from elsewhere could name any address. Without one, the journal's dashboard is
+    asked without the token, and one that wants it is a one-line error saying to give its URL."""
     journal = Journal(run_dir)
     if not journal.exists():
         raise DashboardError(f"{run_dir} has no report journal (it was not trained with --report-to); "
                              f"bring it in with `tinygpt import {run_dir}`")
-    client = DashboardClient(url or journal.state["url"], token)
+    client = DashboardClient(url or journal.state["url"], token if url else None)
     if client.url != journal.state["url"]:
         journal.state.update(url=client.url, run_id=None, sent_seq=0, sent_offset=0)
         journal.save_state()
     sender = Sender(journal, client, warn=False)
-    sent = sender.send_all(on_progress)
+    try:
+        sent = sender.send_all(on_progress)
+    except TokenRefused:
+        if url or not token:
+            raise
+        raise DashboardError(f"the dashboard at {client.url} wants the API token, which is sent only to an address "
+                             f"you give: tinygpt sync {run_dir} --url {client.url}") from None
     return sender.ensure_run(), sent

@@ -27,11 +27,20 @@ def read_config_arg(text: str) -> dict:
     return data
 
 
+def train_options(data: dict) -> dict:
+    """The run options of a ``--config``: a run folder's ``config.json`` (its ``train`` part) or the options
+    themselves, less the corpus (a path on the machine that wrote it)."""
+    options = data.get("train", data)
+    if not isinstance(options, dict):
+        raise RunImportError("--config must be a JSON object of run options")
+    return {k: v for k, v in options.items() if k != "corpus"}
+
+
 def config_parts(data: dict) -> tuple[TrainConfig, dict]:
     """The run options (checked by the library) and what ``config.json`` says was resolved."""
     options = data.get("train", data)
     resolved = data.get("resolved", {})
-    config = TrainConfig.from_dict({"corpus": "", **{k: v for k, v in options.items() if k != "corpus"}})
+    config = TrainConfig.from_dict({"corpus": "", **train_options(data)})
     corpus = Path(options.get("corpus") or "holmes.txt")
     return config, {**resolved, "dataset": corpus.stem or "holmes"}
 

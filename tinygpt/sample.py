@@ -198,8 +198,9 @@ def nearest_tokens(model: GPT, tokenizer: Tokenizer, word: str, k: int = 10) -> 
     [(' Lestrade', 0.41), (' Sherlock', 0.39)]
     """
     token = single_token_id(tokenizer, word)
-    emb = F.normalize(model.tok_emb.weight.float(), dim=-1)  # (vocab, C)
-    sims = emb @ emb[token]  # (vocab,)
+    # the tokenizer's ids only: a small corpus can leave a model rows that no token names
+    emb = F.normalize(model.tok_emb.weight[: tokenizer.vocab_size].float(), dim=-1)  # (ids, C)
+    sims = emb @ emb[token]  # (ids,)
     sims[token] = float("-inf")
     k = min(k, sims.numel() - 1)
     values, indices = torch.topk(sims, k)

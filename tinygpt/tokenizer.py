@@ -35,6 +35,11 @@ FORMAT_NAME = "tinygpt-bpe"
 FORMAT_VERSION = 1
 
 Pair = tuple[int, int]
+#: The longest token a tokenizer may hold. Real BPE tokens are a few to a few dozen bytes (the longest of the
+#: Holmes tokenizer's 4,096: 16); merges of a token with itself double its length at each step, so a forged
+#: list of 40 merges would ask for a terabyte. Checked before a token is built.
+MAX_TOKEN_BYTES = 1024
+MAX_MERGES = 65536 - 256  # the largest vocabulary (tinygpt.model.SIZE_BOUNDS) less the byte ids
 
 
 class TokenizerError(ValueError):
@@ -168,10 +173,15 @@ class Tokenizer:
         self.merges: list[Pair] = [(int(a), int(b)) for a, b in merges]
         self.ranks: dict[Pair, int] = {}
         self.vocab: list[bytes] = [bytes([i]) for i in range(256)]
+        if len(self.merges) > MAX_MERGES:
+            raise TokenizerError(f"{len(self.merges)} merges: a tokenizer has at most {MAX_MERGES}")
         for rank, (a, b) in enumerate(self.merges):
             new_id = 256 + rank
             if not (0 <= a < new_id and 0 <= b < new_id):
                 raise TokenizerError(f"merge {rank} refers to id {max(a, b)}, which is not defined yet")
+            if len(self.vocab[a]) + len(self.vocab[b]) > MAX_TOKEN_BYTES:
+                raise TokenizerError(f"merge {rank} makes a token of {len(self.vocab[a]) + len(self.vocab[b])} "
+                                     f"bytes; a token is at most {MAX_TOKEN_BYTES}")
             self.ranks[(a, b)] = rank
             self.vocab.append(self.vocab[a] + self.vocab[b])
         self._cache: dict[str, list[int]] = {}
@@ -249,7 +259,10 @@ class Tokenizer:
             isinstance(m, list) and len(m) == 2 and all(isinstance(x, int) for x in m) for m in merges
         ):
             raise TokenizerError(f"{source} is corrupt: 'merges' must be a list of [int, int] pairs")
-        tok = cls(merges)
+        try:
+            tok = cls(merges)
+        except TokenizerError as exc:
+            raise TokenizerError(f"{source} is corrupt: {exc}") from None
         if data.get("vocab_size") != tok.vocab_size:
             raise TokenizerError(f"{source} is corrupt: vocab_size does not match its {len(merges)} merges")
         return tok

@@ -44,13 +44,19 @@ from . import distributed
 from .checkpoint import read_checkpoint, save_checkpoint
 from .data import Splits, encode_corpus, get_batch, load_or_train_tokenizer, read_corpus
 from .distributed import DistInfo, rank_device
-from .model import GPT, GPTConfig, MlpKind, NormKind, PosKind
-from .options import option, options_of
-from .presets import ARCHS, PRESETS, model_config
+from .model import GPT, SIZE_BOUNDS, GPTConfig, MlpKind, NormKind, PosKind
+from .options import option, options_of, unknown_name_message
+from .presets import ARCHS, PRESETS, model_config, training_memory
 from .sample import sample_text
 from .tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
+
+
+def size_bounds(name: str) -> dict[str, int]:
+    """A model size option's range: the model's own :data:`~tinygpt.model.SIZE_BOUNDS`."""
+    low, high = SIZE_BOUNDS[name]
+    return {"ge": low, "le": high}
 
 
 @dataclass
@@ -62,17 +68,17 @@ class TrainConfig:
     preset: str = option("holmes", "model size and suggested schedule", "model", choices=tuple(PRESETS))
     arch: str | None = option(None, "architecture: positions, norm and MLP", "model",
                               choices=tuple(ARCHS), none="the preset's")
-    vocab_size: int | None = option(None, "vocabulary (and tokenizer) size", "model", ge=256, le=65536,
+    vocab_size: int | None = option(None, "vocabulary (and tokenizer) size", "model", **size_bounds("vocab_size"),
                                     unit="tokens", none="the preset's", advanced=True)
     dropout: float | None = option(None, "dropout probability", "model", ge=0, lt=1, none="the preset's",
                                    advanced=True)
-    d_model: int | None = option(None, "width of the residual stream", "model", ge=8, le=4096, none="the preset's",
+    d_model: int | None = option(None, "width of the residual stream", "model", **size_bounds("d_model"), none="the preset's",
                                  advanced=True)
-    n_layers: int | None = option(None, "transformer blocks", "model", ge=1, le=64, none="the preset's",
+    n_layers: int | None = option(None, "transformer blocks", "model", **size_bounds("n_layers"), none="the preset's",
                                   advanced=True)
-    n_heads: int | None = option(None, "attention heads (must divide d_model)", "model", ge=1, le=64,
+    n_heads: int | None = option(None, "attention heads (must divide d_model)", "model", **size_bounds("n_heads"),
                                  none="the preset's", advanced=True)
-    context: int | None = option(None, "tokens the model sees at once", "model", ge=8, le=8192, unit="tokens",
+    context: int | None = option(None, "tokens the model sees at once", "model", **size_bounds("context"), unit="tokens",
                                  none="the preset's", advanced=True)
     pos: str | None = option(None, "positions", "model", choices=get_args(PosKind), none="the architecture's",
                              advanced=True)
@@ -163,11 +169,17 @@ class TrainConfig:
     def from_dict(cls, data: dict) -> TrainConfig:
         """A config from stored options (a run's, or config.json's): unknown keys are refused, missing
         ones take their defaults, values are checked."""
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown training option(s): {', '.join(sorted(unknown))}")
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(data) - set(known))
+        if unknown:  # e.g. "unknown training option 'learning_rate': did you mean 'lr'?"
+            raise ValueError("; ".join(unknown_name_message(name, known, "training option") for name in unknown))
         return cls(**data).validate()
+
+    def memory_estimate(self, processes: int = 1) -> int:
+        """The least memory one of ``processes`` training processes needs, in bytes
+        (:func:`tinygpt.presets.training_memory` of this run's model, batch, precision and checkpointing)."""
+        return training_memory(self.model_config(), self.batch_size, precision=self.precision,
+                               grad_checkpointing=self.grad_checkpointing, processes=processes)
 
 
 #: The options that override the preset's model (``GPTConfig`` fields of the same name).
@@ -264,14 +276,29 @@ class CallbackList(Callbacks):
 
 @dataclass
 class OverfitWatch:
-    """Overfitting as the run page's banner calls it: the validation loss above its best at
-    ``evals`` evaluations in a row. ``update`` says True once, when that first happens."""
+    """Overfitting, the one rule (the dashboard's banner, its alert, its event): the validation loss above its
+    best at ``evals`` evaluations in a row. ``update`` says True once, when that first happens.
+
+    >>> watch = OverfitWatch.over([(0, 5.0), (250, 4.0), (500, 4.1), (750, 4.2)])
+    >>> watch.verdict()
+    {'best_step': 250, 'best_val_loss': 4.0, 'since': 500}
+    >>> watch.message()
+    'overfitting since step 500: validation loss above its best (4.0000 at step 250) for 2 evaluations; the best checkpoint is kept'
+    """
 
     evals: int = 2
     best: float | None = None
     best_step: int | None = None
     above: int = 0
     since: int | None = None  # the first evaluation above the best
+
+    @classmethod
+    def over(cls, evaluations: Iterable[tuple[int, float]]) -> OverfitWatch:
+        """The watch after these (step, validation loss) evaluations, in step order."""
+        watch = cls()
+        for step, val_loss in evaluations:
+            watch.update(step, val_loss)
+        return watch
 
     def update(self, step: int, val_loss: float) -> bool:
         if self.best is None or val_loss <= self.best:
@@ -280,6 +307,20 @@ class OverfitWatch:
         self.above += 1
         self.since = self.since or step
         return self.above == self.evals
+
+    @property
+    def overfitting(self) -> bool:
+        return self.above >= self.evals
+
+    def verdict(self) -> dict:
+        """What the run page draws: the best evaluation, and since when it overfits (None: it does not)."""
+        return {"best_step": self.best_step, "best_val_loss": self.best,
+                "since": self.since if self.overfitting else None}
+
+    def message(self) -> str:
+        """The overfitting alert's words."""
+        return (f"overfitting since step {self.since}: validation loss above its best ({self.best:.4f} at step "
+                f"{self.best_step}) for {self.evals} evaluations; the best checkpoint is kept")
 
 
 class NonFiniteLoss(RuntimeError):

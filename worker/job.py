@@ -12,7 +12,6 @@ step with ``last.pt`` saved, and puts the run back in the queue to resume.
 
 from __future__ import annotations
 
-import ctypes
 import faulthandler
 import logging
 import os
@@ -29,21 +28,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlmodel import Session
 
-from app import study as studies
-from app.db import init_db, session_scope
+from app.db import get_engine, init_db, session_scope
 from app.models import Alert, EventType, Run, RunKind, RunStatus, utcnow
 from app.services import benchmarks as bench_svc
-from app.services.alerts import end_run, has_alert, raise_alert
+from app.services import study as studies
 from app.services.datasets import HOLMES, dataset_path, ensure_builtin, record_tokenizer
 from app.services.events import record_event
 from app.services.files import remove_file, run_disk_bytes
+from app.services.lifecycle import change_status
 from app.services.run_records import record_best_checkpoint, record_metric, record_sample, record_start
-from app.services.sweeps import get_sweep, settle_sweep
+from app.services.sweeps import get_sweep
 from app.settings import Settings, get_settings
+from app.stop_signals import set_on_signals
 from tinygpt import distributed
 from tinygpt.bench import Cell, SweepConfig, plan, sweep
 from tinygpt.device import describe_device, is_out_of_memory, resolve_device
@@ -53,7 +53,6 @@ from tinygpt.train import (
     OPTIONS,
     Callbacks,
     NonFiniteLoss,
-    OverfitWatch,
     StepMetrics,
     TrainConfig,
     Trainer,
@@ -62,6 +61,7 @@ from tinygpt.train import (
 from tinygpt.train import Sample as TrainSample
 
 from .cancel import JobCancelled, cancel_interrupt
+from .parent import end_with_parent
 
 log = logging.getLogger("worker.job")
 
@@ -102,11 +102,9 @@ class JobCallbacks(Callbacks):
         self.settings = settings
         self.preempted = threading.Event()  # SIGTERM: stop after this step, back to the queue
         self.cancelled = threading.Event()  # set by the watcher on a cancel request
-        self.stop_on_cancel = False  # distributed runs: a cancel stops all ranks at a step boundary
         self.last_eval: StepMetrics | None = None
         self.trial: SweepTrial | None = None  # set for a sweep's trial
         self.pruned = threading.Event()  # the sweep's pruner stopped this trial
-        self.overfit = OverfitWatch()
         self.last_progress: tuple[int, float] | None = None  # (step, time.monotonic()) of the last step
         self.step_secs: deque[float] = deque(maxlen=50)  # the last steps' durations (evaluations included)
 
@@ -118,21 +116,13 @@ class JobCallbacks(Callbacks):
             self.last_progress = (info["start_step"], time.monotonic())
 
     def on_step(self, m: StepMetrics) -> None:
-        with job_session(self.settings) as s:
-            record_metric(s, s.get(Run, self.run_id), vars(m))
+        with job_session(self.settings) as s:  # an evaluation's row brings the overfitting verdict too
+            record_metric(s, s.get(Run, self.run_id), vars(m), settings=self.settings)
 
     def on_eval(self, m: StepMetrics) -> None:
         self.last_eval = m
         if self.trial is not None and m.step > 0:
             self.report_to_sweep(m)
-        if self.overfit.update(m.step, m.val_loss):
-            with job_session(self.settings) as s:
-                if has_alert(s, run_id=self.run_id, kind=Alert.overfitting):
-                    return  # told before this attempt resumed
-                raise_alert(s, kind=Alert.overfitting, settings=self.settings, run=s.get(Run, self.run_id),
-                            message=f"overfitting since step {self.overfit.since}: validation loss above its best "
-                                    f"({self.overfit.best:.4f} at step {self.overfit.best_step}) for "
-                                    f"{self.overfit.evals} evaluations; the best checkpoint is kept")
 
     def on_progress(self, step: int) -> None:
         now = time.monotonic()
@@ -178,22 +168,23 @@ class JobCallbacks(Callbacks):
                 s.add(run)
 
     def should_stop(self) -> bool:
-        return self.preempted.is_set() or self.pruned.is_set() or (self.stop_on_cancel and self.cancelled.is_set())
+        # a cancel also interrupts a step at once (not a distributed run's: its ranks stop together here), but an
+        # interrupt that lands in a finalizer is swallowed by Python: the flag stops the run all the same
+        return self.preempted.is_set() or self.pruned.is_set() or self.cancelled.is_set()
 
 
-def watch(run_id: int, attempt: int, settings: Settings, parent: int, cancelled: threading.Event,
+def watch(run_id: int, attempt: int, settings: Settings, cancelled: threading.Event,
           done: threading.Event, interrupt: Callable[[], None] | None = None,
           progress: Callable[[], dict] = dict) -> None:
-    """Heartbeat (with the step's ``progress``); on cancel, set ``cancelled`` and call ``interrupt``
+    """The step's ``progress`` (for the stall check); on cancel, set ``cancelled`` and call ``interrupt``
     (without one, the training loop sees the flag between steps: a distributed run, whose ranks must
-    stop together); exit if the worker died or the run moved on. Runs in its own thread: its sessions
-    are not shielded."""
+    stop together); exit if the run moved on. A worker that died is told by ``worker.parent`` (SIGTERM:
+    the run stops at its next step boundary and goes back to the queue). Runs in its own thread: its
+    sessions are not shielded."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})  # faulthandler's stack dumps go to the main thread
     interval = min(0.5, settings.heartbeat_sec)
     beats = settings.heartbeat_sec  # the first beat at once
     while True:
-        if os.getppid() != parent:
-            os._exit(3)  # the worker is gone: a restarted worker will mark the run crashed
         with session_scope(settings) as s:
             run = s.get(Run, run_id)
             if run is None or run.status != RunStatus.running or run.attempt != attempt:
@@ -202,8 +193,7 @@ def watch(run_id: int, attempt: int, settings: Settings, parent: int, cancelled:
                 cancelled.set()
                 if interrupt is not None:
                     interrupt()
-            if beats >= settings.heartbeat_sec:
-                run.heartbeat_at = utcnow()
+            if beats >= settings.heartbeat_sec:  # the step's progress; the heartbeat is the worker's
                 for key, value in progress().items():
                     setattr(run, key, value)
                 s.add(run)
@@ -211,15 +201,6 @@ def watch(run_id: int, attempt: int, settings: Settings, parent: int, cancelled:
         if done.wait(interval):
             return
         beats += interval
-
-
-def die_with_parent() -> None:
-    """Linux: have the kernel kill this process if the worker dies (the watcher also checks)."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
 
 
 def limit_memory(settings: Settings) -> None:
@@ -257,25 +238,26 @@ def corpus_for(run: Run, settings: Settings) -> Path:
     return path
 
 
-def finish(run_id: int, outcome: Outcome, settings: Settings) -> None:
-    """Record how the job ended, and tell people. A run that has ended drops its resume point
-    (``last.pt``: best.pt is what it leaves), and a sweep's trial moves its sweep on."""
+def finish(run_id: int, attempt: int, outcome: Outcome, settings: Settings) -> None:
+    """Record how the job ended (the lifecycle tells people). A run that has ended drops its resume point
+    (``last.pt``: best.pt is what it leaves). A run that moved on meanwhile (taken as crashed, claimed
+    again) is left as it is. A sweep's trial moves its sweep on when its worker sees this job end."""
     status = outcome.status
     with session_scope(settings) as s:
         run = s.get(Run, run_id)
+        if run.attempt != attempt or run.status != RunStatus.running:
+            log.warning("run %s moved on (%s, attempt %s) while attempt %s ended: left as it is", run_id,
+                        run.status, run.attempt, attempt)
+            return
         fields: dict = {"error": outcome.error, "pid": None, "stop_reason": outcome.stop_reason, "stalled_at": None}
         if status != RunStatus.queued:
             fields["finished_at"] = utcnow()
             if run.out_dir:
                 remove_file(Path(run.out_dir) / "last.pt")
         fields["disk_bytes"] = run_disk_bytes(run)
-        end_run(s, run, status, settings=settings, alert=outcome.alert, **fields)
-        sweep_id = run.sweep_id
+        change_status(s, run, status, settings=settings, alert=outcome.alert, **fields)
     log.info("run %s: %s%s", run_id, status, f" ({outcome.error or outcome.stop_reason})"
              if outcome.error or outcome.stop_reason else "")
-    if sweep_id is not None:
-        with session_scope(settings) as s:
-            settle_sweep(s, sweep_id=sweep_id, settings=settings)
 
 
 def run_training(run: Run, settings: Settings, callbacks: JobCallbacks, dist: DistInfo) -> tuple[bool, str | None]:
@@ -345,7 +327,7 @@ def wait_for_run() -> list[str] | None:
 
 def main(argv: list[str]) -> int:
     parent = os.getppid()
-    die_with_parent()
+    end_with_parent(parent)  # SIGTERM when the worker dies: checkpoint, back to the queue
     warm = argv == ["--warm"]
     if warm:
         argv = wait_for_run()
@@ -377,17 +359,16 @@ def main(argv: list[str]) -> int:
         return run_rank(run, settings, dist)
     callbacks = JobCallbacks(run_id, settings)
     callbacks.trial = SweepTrial.of(run, settings)
-    signal.signal(signal.SIGTERM, lambda *_: callbacks.preempted.set())
+    set_on_signals(callbacks.preempted, [signal.SIGTERM])
     done = threading.Event()
-    callbacks.stop_on_cancel = dist.enabled
     if not dist.enabled:
         cancel_interrupt.install()
-    watcher = threading.Thread(target=watch, args=(run_id, attempt, settings, parent, callbacks.cancelled, done),
+    watcher = threading.Thread(target=watch, args=(run_id, attempt, settings, callbacks.cancelled, done),
                                kwargs={"interrupt": None if dist.enabled else cancel_interrupt.fire,
                                        "progress": callbacks.progress_fields}, daemon=True)
     outcome = job_outcome(run, settings, callbacks, dist, watcher)
     done.set()
-    finish(run_id, outcome, settings)
+    finish(run_id, attempt, outcome, settings)
     return EXIT_OK
 
 
@@ -431,5 +412,16 @@ def job_outcome(run: Run, settings: Settings, callbacks: JobCallbacks, dist: Dis
     return Outcome(RunStatus.succeeded, stop_reason=stop_reason)
 
 
+def exit_at_once(code: int) -> NoReturn:
+    """Leave without the interpreter's teardown (about a second with torch loaded, more on a busy machine,
+    during which the worker's slot stays taken): what the job recorded is committed, so only the logs, the
+    streams and the database connections are closed first."""
+    get_engine().dispose()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_at_once(main(sys.argv[1:]))

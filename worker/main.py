@@ -26,13 +26,15 @@ from sqlmodel import col
 
 from app.db import init_db, session_scope
 from app.models import Run, RunStatus, utcnow
-from app.services.alerts import end_run
-from app.services.sweeps import settle_running_sweeps
+from app.services.lifecycle import change_status
+from app.services.sweeps import settle_running_sweeps, settle_sweep
 from app.settings import Settings, get_settings
+from app.stop_signals import set_on_signals
 from tinygpt.device import resolve_device
 
 from . import registry
 from .notifier import Notifier
+from .parent import end_with_parent
 from .queue import claim_next, reap_dead_runs
 from .stalls import check_stalls
 
@@ -115,15 +117,17 @@ class Worker:
                                          start_new_session=True)
 
     def stop_warm(self) -> None:
-        """Warm processes exit when their stdin closes without a run."""
+        """Warm processes hold no run: ended at once (SIGTERM), not left to finish importing torch first."""
         for slot in self.slots:
             if slot.warm is not None:
+                slot.warm.terminate()
                 slot.warm.stdin.close()
                 slot.warm.wait()
                 slot.warm = None
 
     def reap_child(self, slot: Slot) -> None:
-        """After a child exits: if it did not record an outcome itself, record one for it."""
+        """After a child exits: if it did not record an outcome itself, record one for it; a sweep's trial
+        moves its sweep on (its next trial can take this slot at once)."""
         rc = slot.process.returncode
         with session_scope(self.settings) as s:
             run = s.get(Run, slot.run_id)
@@ -131,14 +135,22 @@ class Worker:
             if run is not None and run.status == RunStatus.running and run.worker == self.name:
                 status, error = exit_outcome(rc, stopping=self.stopping.is_set())
                 finished = {} if status == RunStatus.queued else {"finished_at": utcnow()}
-                end_run(s, run, status, settings=self.settings, error=error, pid=None, stalled_at=None, **finished)
+                change_status(s, run, status, settings=self.settings, error=error, pid=None, stalled_at=None,
+                              **finished)
                 log.log(logging.INFO if error is None else logging.WARNING, "run %s: %s", run.id,
                         error or "stopped while its job started; back in the queue")
+            sweep_id = run.sweep_id if run is not None else None
         slot.process, slot.run_id = None, None
+        if sweep_id is not None:
+            try:
+                with session_scope(self.settings) as s:
+                    settle_sweep(s, sweep_id=sweep_id, settings=self.settings)
+            except Exception:  # the heartbeat's settling tries again; the slot is free meanwhile
+                log.exception("settling sweep %s after its trial's job ended failed; retrying later", sweep_id)
 
     def beat(self) -> None:
-        """This worker's heartbeat, and the runs' whose job process is alive (a job writes its own too,
-        once it has started)."""
+        """This worker's heartbeat, and the runs' whose job process is alive: the one writer of a run's
+        heartbeat (its job's watcher writes its progress: the step and when it moved)."""
         now = time.monotonic()
         if now - self.last_beat < self.settings.heartbeat_sec:
             return
@@ -223,15 +235,18 @@ class Worker:
         log.info("worker %s stopped", self.name)
 
 
-def run_worker(devices: list[str] | None = None, name: str | None = None, stop: threading.Event | None = None) -> None:
-    """Serve until SIGTERM or Ctrl-C (or ``stop``, set by the command's own early signal handlers)."""
+def run_worker(devices: list[str] | None = None, name: str | None = None, stop: threading.Event | None = None,
+               parent: int | None = None) -> None:
+    """Serve until SIGTERM or Ctrl-C (or ``stop``, set by the command's own early signal handlers);
+    ``parent``: the pid of the ``tinygpt serve`` that started it, whose death stops it too."""
     # force: the `tinygpt` command has already set up logging at WARNING for the library commands
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker: %(levelname)s %(message)s", force=True)
     worker = Worker(get_settings(), devices or default_devices(), name)
     if stop is not None:
         worker.stopping = stop
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: worker.stopping.set())
+    set_on_signals(worker.stopping)
+    if parent is not None:
+        end_with_parent(parent)
     if worker.stopping.is_set():
         log.info("worker stopped before it started")
         return

@@ -7,6 +7,9 @@ so two workers never send the same one, and one whose notifier died mid-POST is 
 (marked ``failed`` once it has been ``sending`` for long). A refused connection, a timeout before
 sending, a 429 or a 5xx is retried with backoff (2, 4, 8 ... s, at most ``WEBHOOK_ATTEMPTS`` tries);
 other 4xx are final. Nothing here touches a run: an unreachable receiver is a line in the log.
+
+Only public receivers, or those the operator allows, are ever connected to (``app/webhook_policy.py``):
+the address checked is the one the connection uses; a refused one is final, its reason in ``last_error``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from app.db import session_scope
 from app.models import DeliveryState, Event, Run, WebhookDelivery, utcnow
 from app.services.alerts import webhook_payload
 from app.settings import Settings
+from app.webhook_policy import GuardedTransport, ReceiverRefused
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +45,12 @@ class Notifier:
         self.settings = settings
         self.stop = stop
         self.poll_sec = poll_sec
-        # no redirects: a receiver cannot bounce the payload elsewhere; no auth header, ever
-        self.client = httpx.Client(timeout=TIMEOUT_SEC, follow_redirects=False,
-                                   headers={"User-Agent": "tinygpt-dashboard"})
+        # no redirects: a receiver cannot bounce the payload elsewhere; no auth header, ever; only the
+        # addresses the receiver policy allows
+        self.policy = settings.receiver_policy
+        self.operator_urls = {str(u) for u in settings.webhook_urls}
+        self.client = httpx.Client(timeout=TIMEOUT_SEC, follow_redirects=False, trust_env=False,
+                                   transport=GuardedTransport(self.policy), headers={"User-Agent": "tinygpt-dashboard"})
 
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self.serve, name="notifier", daemon=True)
@@ -80,8 +87,16 @@ class Notifier:
         return sent
 
     def deliver(self, delivery: WebhookDelivery, payload: dict) -> None:
+        # a run's own URL was checked when it was given; the rules may have changed since (TINYGPT_RUN_WEBHOOKS)
+        problem = self.policy.submission_problem(delivery.url, per_run=delivery.url not in self.operator_urls)
+        if problem is not None:
+            self.record(delivery, error=f"refused: {problem}", retry=False)
+            return
         try:
             response = self.client.post(delivery.url, json=payload, headers={"X-TinyGPT-Event": str(payload["id"])})
+        except ReceiverRefused as exc:  # its name resolves inside: never connected
+            self.record(delivery, error=f"refused: {exc}", retry=False)
+            return
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing reached the receiver: try again
             self.record(delivery, error=f"cannot connect: {exc}", retry=True)
             return

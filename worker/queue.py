@@ -1,9 +1,10 @@
-"""The run queue in the database: claim a run atomically, and find runs whose job died.
+"""The run queue in the database: which run a worker takes next, and which runs' jobs died.
 
 Claiming locks candidate rows with ``SELECT ... FOR UPDATE SKIP LOCKED`` (PostgreSQL: workers on
-any number of machines skip the rows another worker is claiming) and then changes the status with
-a compare-and-set (``UPDATE ... WHERE id = ? AND status = 'queued'``; on SQLite, which has no row
-locks and serialises writers, this is what decides): exactly one worker takes each run.
+any number of machines skip the rows another worker is claiming) and then takes one with the
+lifecycle's compare-and-set (``app.services.lifecycle.claim``: ``UPDATE ... WHERE id = ? AND status =
+'queued'``; on SQLite, which has no row locks and serialises writers, this is what decides): exactly
+one worker takes each run.
 """
 
 from __future__ import annotations
@@ -11,16 +12,13 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from sqlalchemy import update
 from sqlmodel import Session, col, select
 
-from app.models import EventType, Run, RunOrigin, RunStatus, as_utc, utcnow
-from app.services.alerts import end_run
-from app.services.events import record_event
-from app.services.runs import run_summary, set_status
+from app.models import Run, RunOrigin, RunStatus, as_utc, utcnow
+from app.services.lifecycle import claim, requeue_crashed
 from app.settings import Settings
 
-from .registry import gone_owners
+from .registry import gone_owners, process_alive, this_host
 
 log = logging.getLogger(__name__)
 
@@ -43,22 +41,11 @@ def claim_next(session: Session, *, worker: str, host: str, slot: str) -> Run | 
         .limit(5)
         .with_for_update(skip_locked=True)
     ).all()
-    now = utcnow()
     for run_id in candidates:
-        result = session.exec(  # type: ignore[call-overload]
-            update(Run)
-            .where(col(Run.id) == run_id, col(Run.status) == RunStatus.queued)
-            .values(status=RunStatus.running, worker=worker, worker_host=host, device=slot, started_at=now, heartbeat_at=now,
-                    attempt=Run.attempt + 1, cancel_requested=False, error=None, finished_at=None,
-                    progress_at=None, step_sec=None, stalled_at=None)
-        )
-        if result.rowcount == 1:
-            run = session.get(Run, run_id)
-            session.refresh(run)
-            record_event(session, run_id=run_id, type=EventType.status, data={**run_summary(run), "attempt": run.attempt})
-            session.commit()
+        run = claim(session, run_id, worker=worker, host=host, slot=slot)
+        if run is not None:
             return run
-        session.rollback()
+        session.rollback()  # another worker took it: the next candidate
     return None
 
 
@@ -68,7 +55,9 @@ def reap_dead_runs(session: Session, *, worker: str, own: bool, settings: Settin
     Gone: its heartbeat is older than ``stale_after_sec``, or its worker is (stopped, or its process
     dead on this host: see :mod:`worker.registry`). ``own=True`` (at start-up under a name whose
     previous holder is gone) also takes every running run of this worker name. A run whose job is
-    alive and beating is never taken, whoever else starts.
+    alive and beating is never taken, whoever else starts: nor is one whose worker died but whose job
+    still runs here (told of it by ``worker/parent.py``, it stops at its next step boundary and puts the
+    run back in the queue itself).
     """
     cutoff = utcnow() - timedelta(seconds=settings.stale_after_sec)
     # runs trained elsewhere (reported) have no job here: their trainer's reports are their heartbeat
@@ -79,15 +68,11 @@ def reap_dead_runs(session: Session, *, worker: str, own: bool, settings: Settin
         stale = run.heartbeat_at is None or as_utc(run.heartbeat_at) < cutoff
         if not (stale or run.worker in gone or (own and run.worker == worker)):
             continue
+        if not stale and run.pid is not None and run.worker_host == this_host() and process_alive(run.pid):
+            continue  # its job outlived its worker for a moment: it re-queues the run on its own
         why = "stopped hearing from the job" if stale else "is gone"
         message = f"worker {run.worker} {why} (last heartbeat {run.heartbeat_at})"
-        resumes = run.config.get("resume", True) and run.attempt < settings.max_attempts
-        end_run(session, run, RunStatus.crashed, settings=settings, error=message, finished_at=utcnow(), pid=None,
-                stalled_at=None)
-        if resumes:
-            set_status(session, run, RunStatus.queued, finished_at=None)
-            record_event(session, run_id=run.id, type=EventType.log,
-                         data={"message": "re-queued to resume from its last checkpoint"})
+        requeue_crashed(session, run, message=message, settings=settings)
         reaped.append(run.id)
         log.warning("run %s crashed: %s", run.id, message)
     session.commit()

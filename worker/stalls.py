@@ -14,9 +14,8 @@ from datetime import datetime
 
 from sqlmodel import Session, select
 
-from app.models import Alert, EventType, Run, RunStatus, utcnow
-from app.services.alerts import raise_alert
-from app.services.events import record_event
+from app.models import Run, RunStatus, utcnow
+from app.services import lifecycle
 from app.settings import Settings
 
 from .queue import as_utc
@@ -51,20 +50,9 @@ def mark_stalled(session: Session, run: Run, idle: float, now: datetime, setting
     limit = stall_limit_sec(run, settings)
     median = f"; median step {run.step_sec:.2f} s" if run.step_sec else ""
     message = f"no step for {idle:.0f} s, at step {run.last_step} (limit {limit:.0f} s{median}); its job is alive"
-    run.stalled_at = now
-    session.add(run)
-    record_event(session, run_id=run.id, type=EventType.stall,
-                 data={"stalled": True, "since": as_utc(run.progress_at).isoformat(), "step": run.last_step,
-                       "message": message})
-    raise_alert(session, kind=Alert.stalled, message=message, settings=settings, run=run)
+    lifecycle.mark_stalled(session, run, message=message, now=now, settings=settings)
     log.warning("run %s stalled: %s", run.id, message)
 
 
 def clear_stall(session: Session, run: Run, moved_at: datetime) -> None:
-    stalled_for = (moved_at - as_utc(run.stalled_at)).total_seconds()
-    run.stalled_at = None
-    session.add(run)
-    message = f"moving again (stalled for {stalled_for:.0f} s more after it was noticed)"
-    record_event(session, run_id=run.id, type=EventType.stall, data={"stalled": False, "message": message})
-    record_event(session, run_id=run.id, type=EventType.log, data={"message": message})
-    log.info("run %s: %s", run.id, message)
+    log.info("run %s: %s", run.id, lifecycle.clear_stall(session, run, moved_at=moved_at))

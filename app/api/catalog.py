@@ -9,13 +9,14 @@ from sqlalchemy import text
 
 from tinygpt.options import Option
 from tinygpt.presets import list_presets, model_size
-from tinygpt.train import OPTIONS, TrainConfig
+from tinygpt.train import MODEL_OVERRIDES, OPTIONS, TrainConfig
 
 from ..deps import SessionDep, SettingsDep
 from ..errors import Invalid
 from ..models import DatasetPublic
 from ..services import datasets as ds_svc
-from ..services.runs import compare_runs, machine_devices
+from ..services.compare import compare_runs
+from ..services.devices import machine_devices
 
 router = APIRouter(prefix="/api", tags=["catalog"])
 health_router = APIRouter(tags=["health"])
@@ -35,8 +36,14 @@ async def options() -> list[dict]:
 
 
 def option_info(o: Option) -> dict:
+    """An option as data; ``model``: it shapes the model (the preset's architecture or a size), so the new-run
+    form asks ``/api/model-size`` again when it changes."""
     info = {k: v for k, v in vars(o).items() if k != "kind"}
-    return {**info, "type": o.kind.__name__, "choices": list(o.choices) if o.choices else None}
+    return {**info, "type": o.kind.__name__, "choices": list(o.choices) if o.choices else None,
+            "model": o.name in MODEL_SHAPERS}
+
+
+MODEL_SHAPERS = ("arch", *MODEL_OVERRIDES)
 
 
 @router.get("/model-size")

@@ -12,14 +12,13 @@ from collections.abc import AsyncIterator, Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
-from sqlmodel import Session
 from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
-from ..db import get_engine
+from ..db import session_scope
 from ..deps import RunId, SweepId
-from ..errors import TooManyRequests
+from ..errors import Invalid, TooManyRequests
 from ..models import FINISHED, SWEEP_ENDED, Event, EventType
 from ..services.events import (
     RUN_LIST_TYPES,
@@ -35,9 +34,19 @@ from ..settings import Settings
 router = APIRouter(prefix="/api", tags=["events"])
 
 
+MAX_EVENT_ID = 2**63 - 1  # event ids are 64-bit integers in the database
+#: ``after``: the query's form of the cursor (for clients that cannot set ``Last-Event-ID``).
+After = Annotated[int | None, Query(ge=0, le=MAX_EVENT_ID, description="resume after this event id (as "
+                                    "`Last-Event-ID`)")]
+
+
 def parse_last_id(header: str | None, query: int | None) -> int:
+    """The stream's cursor: ``Last-Event-ID`` (a browser's reconnection), else ``after``; a 422 past 64 bits."""
     if header and header.strip().isdigit():
-        return int(header.strip())
+        value = int(header.strip())
+        if value > MAX_EVENT_ID:
+            raise Invalid(f"Last-Event-ID must be at most {MAX_EVENT_ID}", field="Last-Event-ID")
+        return value
     return query or 0
 
 
@@ -50,7 +59,7 @@ DB_PAGE = 1000
 
 def fetcher(settings: Settings, query: Callable[..., list[Event]], **kwargs: object) -> Callable[[int], list[Event]]:
     def fetch(after: int) -> list[Event]:
-        with Session(get_engine(settings)) as s:
+        with session_scope(settings) as s:
             return query(s, after_id=after, limit=DB_PAGE, **kwargs)
 
     return fetch
@@ -110,17 +119,25 @@ async def stream(
 
 
 class StreamCounter:
-    """Open event streams per client address, capped at ``TINYGPT_MAX_STREAMS_PER_CLIENT``."""
+    """Open event streams per client address, capped at ``TINYGPT_MAX_STREAMS_PER_CLIENT``, and on the whole
+    app, capped at ``TINYGPT_MAX_STREAMS``. A client's address is the connection's own, or what a proxy named
+    in ``TINYGPT_FORWARDED_ALLOW_IPS`` says it is."""
 
     def __init__(self) -> None:
         self.open: dict[str, int] = {}
+        self.total = 0
 
-    def acquire(self, client: str, limit: int) -> None:
+    def acquire(self, client: str, limit: int, total_limit: int) -> None:
+        if self.total >= total_limit:
+            raise TooManyRequests(f"too many open event streams on this dashboard (limit {total_limit}); "
+                                  "try again later")
         if self.open.get(client, 0) >= limit:
             raise TooManyRequests(f"too many open event streams from {client} (limit {limit}); close some first")
         self.open[client] = self.open.get(client, 0) + 1
+        self.total += 1
 
     def release(self, client: str) -> None:
+        self.total -= 1
         self.open[client] -= 1
         if not self.open[client]:
             del self.open[client]
@@ -151,20 +168,21 @@ def open_stream(request: Request, events: AsyncIterator[dict]) -> EventSourceRes
     the stream ends, or when the response does (a client gone before the stream started)."""
     counter: StreamCounter = request.app.state.streams
     client = request.client.host if request.client else "unknown"
-    counter.acquire(client, request.app.state.settings.max_streams_per_client)
+    settings = request.app.state.settings
+    counter.acquire(client, settings.max_streams_per_client, settings.max_streams)
     slot = StreamSlot(counter, client)
     return EventSourceResponse(holding(slot, events), ping=request.app.state.settings.keepalive_sec,
                                background=BackgroundTask(slot.release))
 
 
 def check_run_exists(run_id: RunId, settings: Settings) -> None:
-    with Session(get_engine(settings)) as s:
+    with session_scope(settings) as s:
         get_run(s, run_id=run_id)  # 404 for an unknown run
 
 
 def gap_finder(settings: Settings, run_id: int, history: int) -> Callable[[int], int | None]:
     def gap(cursor: int) -> int | None:
-        with Session(get_engine(settings)) as s:
+        with session_scope(settings) as s:
             return trimmed_beyond(s, run_id=run_id, after_id=max(cursor, history))
 
     return gap
@@ -172,7 +190,7 @@ def gap_finder(settings: Settings, run_id: int, history: int) -> Callable[[int],
 
 @router.get("/runs/{run_id}/events")
 async def run_events(
-    run_id: RunId, request: Request, last_event_id: Annotated[str | None, Header()] = None, after: int | None = None,
+    run_id: RunId, request: Request, last_event_id: Annotated[str | None, Header(max_length=100)] = None, after: After = None,
     history: Annotated[int, Query(ge=0, le=2**63 - 1, description="the `last_event_id` of the metrics history the client holds "
                                   "(`GET /api/runs/{id}/metrics?format=columns`): no metric event up to it is sent")] = 0,
 ) -> EventSourceResponse:
@@ -195,7 +213,7 @@ async def run_events(
 
 @router.get("/events")
 async def all_events(
-    request: Request, last_event_id: Annotated[str | None, Header()] = None, after: int | None = None,
+    request: Request, last_event_id: Annotated[str | None, Header(max_length=100)] = None, after: After = None,
 ) -> EventSourceResponse:
     """Run-list changes: ``created`` and ``status`` events of every run."""
     fetch = fetcher(request.app.state.settings, list_events_after)
@@ -204,14 +222,14 @@ async def all_events(
 
 
 def check_sweep_exists(sweep_id: SweepId, settings: Settings) -> None:
-    with Session(get_engine(settings)) as s:
+    with session_scope(settings) as s:
         get_sweep(s, sweep_id=sweep_id)  # 404 for an unknown sweep
 
 
 @router.get("/sweeps/{sweep_id}/events")
 async def sweep_events(
-    sweep_id: SweepId, request: Request, last_event_id: Annotated[str | None, Header()] = None,
-    after: int | None = None,
+    sweep_id: SweepId, request: Request, last_event_id: Annotated[str | None, Header(max_length=100)] = None,
+    after: After = None,
 ) -> EventSourceResponse:
     """``trial`` events of one sweep (kind ``created``, ``evaluated``, ``pruned``, ``finished``, with the trial's
     run id) and ``sweep`` (its end), then ``end``."""

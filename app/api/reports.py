@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
-from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
-from ..db import get_engine
+from ..db import session_scope
 from ..deps import RunId, SessionDep, SettingsDep
 from ..models import ReportAck, ReportBatch, ReportedRunCreate, RunImport, RunPublic
 from ..services import reports as svc
@@ -61,12 +60,12 @@ async def upload_checkpoint(run_id: RunId, request: Request, settings: SettingsD
 
 
 def upload_folder(run_id: int, settings: Settings) -> Path:
-    with Session(get_engine(settings)) as session:
+    with session_scope(settings) as session:
         return svc.upload_folder(session, run_id=run_id)
 
 
 def accept(run_id: int, upload: Path, seq: int | None, settings: Settings) -> ReportAck:
-    with Session(get_engine(settings)) as session:
+    with session_scope(settings) as session:
         return svc.accept_checkpoint(session, run_id=run_id, upload=upload, seq=seq, settings=settings)
 
 

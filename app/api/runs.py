@@ -14,12 +14,16 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import FileResponse, StreamingResponse
-from sqlmodel import Session
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
-from ..db import get_engine
-from ..deps import RunId, SessionDep, SettingsDep
+from tinygpt.checkpoint import CheckpointError
+from tinygpt.model import GPT
+from tinygpt.sample import nearest_tokens
+from tinygpt.tokenizer import Tokenizer
+
+from ..db import session_scope
+from ..deps import ModelsDep, RunId, SessionDep, SettingsDep
 from ..errors import Invalid
 from ..models import (
     MetricColumns,
@@ -31,9 +35,16 @@ from ..models import (
     RunUpdate,
     SamplePublic,
 )
+from ..services import lifecycle
 from ..services import runs as svc
-from ..services.metric_history import history_head, metric_columns, stream_columns
-from ..services.sampling import SampleRequest, neighbours, stream_sample
+from ..services.metric_history import (
+    history_head,
+    metric_columns,
+    stream_columns,
+    stream_rows_csv,
+    stream_rows_json,
+)
+from ..services.sampling import ModelCache, SampleRequest, stream_sample
 from ..settings import Settings
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
@@ -43,7 +54,7 @@ MAX_STEP = 2**31 - 1  # steps are 32-bit integers in the database
 @router.post("", status_code=201, response_model=list[RunPublic])
 def create_runs(body: RunCreate, session: SessionDep, settings: SettingsDep) -> list[RunPublic]:
     """Create one run, or one per device (same seed, one group) when ``device`` is a list."""
-    return [RunPublic.of(r) for r in svc.create_runs(session, body=body, settings=settings)]
+    return [RunPublic.of(r) for r in lifecycle.create_runs(session, body=body, settings=settings)]
 
 
 @router.get("", response_model=RunsPage)
@@ -81,7 +92,7 @@ def delete_run(run_id: RunId, session: SessionDep, settings: SettingsDep) -> Res
 
 @router.post("/{run_id}/cancel", response_model=RunPublic)
 def cancel_run(run_id: RunId, session: SessionDep, settings: SettingsDep) -> RunPublic:
-    return RunPublic.of(svc.cancel_run(session, run_id=run_id, settings=settings))
+    return RunPublic.of(lifecycle.cancel_run(session, run_id=run_id, settings=settings))
 
 
 @router.get("/{run_id}/metrics", response_model=list[MetricPublic] | MetricColumns,
@@ -94,20 +105,23 @@ async def get_metrics(  # noqa: ANN201
     to_step: Annotated[int | None, Query(ge=0, le=MAX_STEP, description="rows up to this step")] = None,
     max_points: Annotated[int | None, Query(ge=10, le=100_000, description="columns only: at most about this many "
                                             "rows, thinned per step range (lowest and highest train loss of each; "
-                                            "every evaluation kept); absent: every row, streamed")] = None,
+                                            "every evaluation kept); absent: every row (streamed past 5,000)")] = None,
 ):
     """A run's metrics rows, ordered by step. Charts read ``format=columns&max_points=N`` (``GET
-    /api/runs/{id}/events`` after its ``last_event_id`` for what comes next); zooming in reads a step range."""
-    if format == "columns" and max_points is None:  # every row: streamed, whatever the run's length
-        head = history_head(session, run_id=run_id, from_step=from_step, to_step=to_step)
-        return StreamingResponse(stream_columns(settings, head), media_type="application/json")
-    if format == "columns":
+    /api/runs/{id}/events`` after its ``last_event_id`` for what comes next); zooming in reads a step range.
+    Every format but a thinned one reads the whole range: up to a page (5,000 rows) answered at once, a longer
+    one streamed a page at a time, whatever the run's length."""
+    if format == "columns" and max_points is not None:
         return metric_columns(session, run_id=run_id, from_step=from_step, to_step=to_step, max_points=max_points)
-    metrics = svc.run_metrics(session, run_id=run_id, from_step=from_step, to_step=to_step)
-    if format == "csv":
-        return Response(svc.metrics_csv(metrics), media_type="text/csv",
-                        headers={"Content-Disposition": f'attachment; filename="run-{run_id}-metrics.csv"'})
-    return metrics
+    head = history_head(session, run_id=run_id, from_step=from_step, to_step=to_step,
+                        summary=format == "columns")  # 404 before any byte
+    stream, media_type, headers = {
+        "csv": (stream_rows_csv, "text/csv", {"Content-Disposition": f'attachment; filename="run-{run_id}-metrics.csv"'}),
+        "columns": (stream_columns, "application/json", None),
+        "json": (stream_rows_json, "application/json", None)}[format]
+    if head["complete"]:  # one page: answered at once (no thread hand-offs per chunk)
+        return Response("".join(stream(settings, head)), media_type=media_type, headers=headers)
+    return StreamingResponse(stream(settings, head), media_type=media_type, headers=headers)
 
 
 @router.get("/{run_id}/samples", response_model=list[SamplePublic])
@@ -123,21 +137,31 @@ def download_checkpoint(run_id: RunId, session: SessionDep, settings: SettingsDe
 
 def best_checkpoint(run_id: int, settings: Settings) -> Path:
     """A short-lived session: streaming routes must not hold a database connection while they stream."""
-    with Session(get_engine(settings)) as session:
+    with session_scope(settings) as session:
         return svc.checkpoint_file(session, run_id=run_id, settings=settings)
 
 
+def load_for_request(path: Path, models: ModelCache) -> tuple[GPT, Tokenizer]:
+    """The checkpoint's model for a request: a damaged or forged file is a 422, not a 500."""
+    try:
+        return models.get(path)
+    except CheckpointError as exc:  # named by its file name: where the server keeps it is its own business
+        raise Invalid(f"the run's checkpoint cannot be loaded: {str(exc).replace(str(path), path.name)}",
+                      field="run_id") from None
+
+
 @router.post("/{run_id}/sample")
-async def sample(run_id: RunId, body: SampleRequest, settings: SettingsDep) -> EventSourceResponse:
+async def sample(run_id: RunId, body: SampleRequest, settings: SettingsDep, models: ModelsDep) -> EventSourceResponse:
     """Stream generated text as ``token`` events ({"text": piece}), then one ``end`` event with the whole text."""
     if body.max_tokens > settings.sample_max_tokens:
         raise Invalid(f"max_tokens must be at most {settings.sample_max_tokens}", field="max_tokens")
     path = await run_in_threadpool(best_checkpoint, run_id, settings)
+    model, tokenizer = await run_in_threadpool(load_for_request, path, models)  # 429 before the stream starts
 
     async def events():  # noqa: ANN202
         pieces = []
         try:
-            async for piece in stream_sample(path, body):
+            async for piece in stream_sample(model, tokenizer, body):
                 pieces.append(piece)
                 yield {"event": "token", "data": json.dumps({"text": piece})}
         except Exception as exc:
@@ -150,13 +174,14 @@ async def sample(run_id: RunId, body: SampleRequest, settings: SettingsDep) -> E
 
 @router.get("/{run_id}/neighbors")
 async def get_neighbours(
-    run_id: RunId, settings: SettingsDep,
+    run_id: RunId, settings: SettingsDep, models: ModelsDep,
     word: Annotated[str, Query(min_length=1, max_length=100)],
     k: Annotated[int, Query(ge=1, le=100)] = 10,
 ) -> list[dict]:
     path = await run_in_threadpool(best_checkpoint, run_id, settings)
+    model, tokenizer = await run_in_threadpool(load_for_request, path, models)
     try:
-        pairs = await run_in_threadpool(neighbours, path, word, k)
+        pairs = await run_in_threadpool(nearest_tokens, model, tokenizer, word, k)
     except ValueError as exc:
         raise Invalid(str(exc), field="word") from None
     return [{"token": t, "similarity": s} for t, s in pairs]

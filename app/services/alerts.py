@@ -10,13 +10,9 @@ from __future__ import annotations
 
 from sqlmodel import Session, select
 
-from ..models import Alert, Event, EventType, Run, RunStatus, Sweep, WebhookDelivery
+from ..models import Alert, Event, EventType, Run, Sweep, WebhookDelivery
 from ..settings import Settings
 from .events import record_event
-from .runs import set_status
-
-STATUS_ALERTS = {RunStatus.succeeded: Alert.finished, RunStatus.failed: Alert.failed,
-                 RunStatus.crashed: Alert.crashed, RunStatus.pruned: Alert.pruned}
 
 
 def raise_alert(session: Session, *, kind: Alert, message: str, settings: Settings, run: Run | None = None,
@@ -40,25 +36,6 @@ def receivers(kind: Alert, *, run: Run | None, sweep: Sweep | None, settings: Se
         return []
     urls = [str(u) for u in settings.webhook_urls] + [str(u) for u in notify.get("urls", [])]
     return list(dict.fromkeys(urls))  # each once, in order
-
-
-def end_run(session: Session, run: Run, status: RunStatus, *, settings: Settings, alert: Alert | None = None,
-            **fields: object) -> None:
-    """A run's new status with the alert it calls for: the alert first, so that the run's stream, which
-    ends at a final status, carries it."""
-    for key, value in {"status": status, **fields}.items():
-        setattr(run, key, value)
-    alert_run_ended(session, run=run, settings=settings, kind=alert)
-    set_status(session, run, status, **fields)
-
-
-def alert_run_ended(session: Session, *, run: Run, settings: Settings, kind: Alert | None = None) -> None:
-    """The alert for how a run ended (its status; ``stopped_early`` when early stopping ended it)."""
-    status = RunStatus(run.status)
-    if kind is None and status not in STATUS_ALERTS:
-        return  # cancelled by someone, or back in the queue: nobody to tell
-    kind = kind or (Alert.stopped_early if run.stop_reason else STATUS_ALERTS[status])
-    raise_alert(session, kind=kind, message=ended_message(run, kind), settings=settings, run=run)
 
 
 def ended_message(run: Run, kind: Alert) -> str:

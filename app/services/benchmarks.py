@@ -20,8 +20,9 @@ from ..models import (
     RunStatus,
 )
 from ..settings import Settings
+from .devices import check_device_available, check_threads
 from .events import record_event
-from .runs import check_device_available, check_threads, run_summary
+from .lifecycle import new_run
 
 
 def create_benchmark(session: Session, *, body: BenchmarkCreate, settings: Settings) -> Run:
@@ -29,11 +30,8 @@ def create_benchmark(session: Session, *, body: BenchmarkCreate, settings: Setti
     check_threads(body.threads or [])
     config = body.model_dump(exclude={"device", "name", "tags"})
     name = body.name or f"benchmark {body.preset} [{body.device}]"
-    run = Run(name=name, kind=RunKind.benchmark, config=config, requested_device=body.device, tags=body.tags)
-    session.add(run)
-    session.flush()
-    run.out_dir = str(settings.runs_dir / str(run.id))
-    record_event(session, run_id=run.id, type=EventType.created, data=run_summary(run))
+    run = new_run(session, name=name, config=config, settings=settings, requested_device=body.device,
+                  kind=RunKind.benchmark, tags=body.tags)
     session.commit()
     return run
 

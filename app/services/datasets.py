@@ -20,7 +20,7 @@ from ..models import Dataset
 from ..settings import Settings
 
 HOLMES = "holmes"
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # whole names only: fullmatch
 CHUNK = 1 << 20
 
 
@@ -107,7 +107,7 @@ def dataset_exists(session: Session, name: str) -> bool:
 
 async def upload_dataset(session: Session, *, name: str, source: AsyncReadable, settings: Settings) -> Dataset:
     """Stream an upload to disk, checking size and UTF-8 as it arrives; nothing is kept on failure."""
-    if not NAME_RE.match(name) or name == HOLMES:
+    if not NAME_RE.fullmatch(name) or name == HOLMES:
         raise Invalid(
             "dataset name must be 1-64 letters, digits, '.', '_' or '-', start with a letter or digit, and not be 'holmes'",
             field="name",

@@ -41,6 +41,13 @@ def last_run_event_id(session: Session, *, run_id: int) -> int:
     return session.exec(select(func.max(Event.id)).where(Event.run_id == run_id)).one() or 0
 
 
+def history_event_id(session: Session, *, run: Run) -> int:
+    """The event a metrics history read now stands for: the run's newest event, or the newest metric event the
+    outbox deleted if that is later (the history holds its row; a stream from an older id would send ``gap``
+    again and again)."""
+    return max(last_run_event_id(session, run_id=run.id), run.events_trimmed_to)
+
+
 def sweep_events_after(session: Session, *, sweep_id: int, after_id: int, limit: int = 1000) -> list[Event]:
     stmt = (
         select(Event).where(Event.sweep_id == sweep_id, col(Event.id) > after_id).order_by(col(Event.id)).limit(limit)

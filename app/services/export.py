@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from sqlmodel import Session, col, select
 
-from ..db import get_engine
+from ..db import session_scope
 from ..errors import Invalid
 from ..models import Metric
 from ..settings import Settings
@@ -54,7 +54,7 @@ def export_rows(settings: Settings, runs: list[dict]) -> Iterator[dict]:
     for run in runs:
         after = (-1, 0)
         while True:
-            with Session(get_engine(settings)) as session:
+            with session_scope(settings) as session:
                 page = session.exec(
                     select(*columns, col(Metric.id)).where(Metric.run_id == run["run_id"])
                     .where((col(Metric.step) > after[0]) | ((col(Metric.step) == after[0]) & (col(Metric.id) > after[1])))

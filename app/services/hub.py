@@ -18,9 +18,9 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 
 from anyio import to_thread
-from sqlmodel import Session, col, select
+from sqlmodel import col, select
 
-from ..db import get_engine
+from ..db import session_scope
 from ..models import Event
 from ..settings import Settings
 from .events import latest_event_id
@@ -40,7 +40,7 @@ class EventHub:
         self._wanted = asyncio.Event()  # set while listeners > 0
 
     def _read_new(self, after: int) -> list[Event]:
-        with Session(get_engine(self.settings)) as s:
+        with session_scope(self.settings) as s:
             if after == 0:
                 return [e for e in [s.get(Event, latest_event_id(s))] if e is not None]
             return list(s.exec(select(Event).where(col(Event.id) > after).order_by(col(Event.id)).limit(5000)))

@@ -28,27 +28,24 @@ from ..models import (
     utcnow,
 )
 from ..settings import Settings
-from .alerts import end_run, has_alert, raise_alert
+from .alerts import has_alert, raise_alert
 from .events import record_event
 from .files import run_disk_bytes
+from .lifecycle import change_status, new_run
 from .metric_blocks import rebuild_blocks
 from .run_records import record_best_checkpoint, record_metric, record_sample, record_start
-from .runs import get_run, run_summary, set_status
+from .runs import get_run
 
 CHECKPOINT_NAME = "best.pt"
 
 
-def new_run(session: Session, *, body: ReportedRunBase, origin: RunOrigin, settings: Settings, **fields: object) -> Run:
-    """A run of ``origin`` with its folder (for an uploaded checkpoint), uncommitted."""
-    if body.config.steps > settings.max_steps:
-        raise Invalid(f"steps must be at most {settings.max_steps}", field="config.steps")
-    run = Run(name=body.name, config=body.config.model_dump(mode="json"), requested_device=body.device,
-              tags=body.tags, origin=origin, worker_host=body.host, started_at=utcnow(), **fields)
-    session.add(run)
-    session.flush()
-    run.out_dir = str(settings.runs_dir / str(run.id))
-    record_event(session, run_id=run.id, type=EventType.created, data=run_summary(run))
-    return run
+def trained_elsewhere(session: Session, *, body: ReportedRunBase, origin: RunOrigin, settings: Settings,
+                      **fields: object) -> Run:
+    """A run of ``origin``, running (its rows follow), with its folder for an uploaded checkpoint; uncommitted."""
+    settings.receiver_policy.check_run_urls(body.config.notify.urls, field="config.notify.urls")
+    return new_run(session, name=body.name, config=body.config.model_dump(mode="json"), settings=settings,
+                   requested_device=body.device, origin=origin, status=RunStatus.running, steps_field="config.steps",
+                   tags=body.tags, worker_host=body.host, started_at=utcnow(), **fields)
 
 
 def find_reported_run(session: Session, *, report_id: str) -> Run | None:
@@ -60,9 +57,8 @@ def create_reported_run(session: Session, *, body: ReportedRunCreate, settings: 
     existing = find_reported_run(session, report_id=body.report_id)
     if existing is not None:
         return existing
-    run = new_run(session, body=body, origin=RunOrigin.reported, settings=settings, report_id=body.report_id,
-                  heartbeat_at=utcnow())
-    set_status(session, run, RunStatus.running)
+    run = trained_elsewhere(session, body=body, origin=RunOrigin.reported, settings=settings,
+                            report_id=body.report_id, heartbeat_at=utcnow())
     record_event(session, run_id=run.id, type=EventType.log,
                  data={"message": f"reported from {body.host or 'another machine'}: trained there by tinygpt train"})
     session.commit()
@@ -99,9 +95,9 @@ def apply_item(session: Session, run: Run, item: ReportItem, settings: Settings)
         record_start(session, run, data.model_dump())
         run.device = data.device
         if RunStatus(run.status).finished:  # resumed after it ended (a crash the dashboard called an end)
-            set_status(session, run, RunStatus.running, finished_at=None, error=None)
+            change_status(session, run, RunStatus.running, settings=settings, finished_at=None, error=None)
     elif item.kind == "metric":
-        record_metric(session, run, data.model_dump())
+        record_metric(session, run, data.model_dump(), settings=settings)
         run.progress_at = utcnow()
         if data.val_loss is not None and (run.best_val_loss is None or data.val_loss < run.best_val_loss):
             run.best_val_loss, run.best_step = data.val_loss, data.step  # live in the list; the upload confirms
@@ -109,11 +105,12 @@ def apply_item(session: Session, run: Run, item: ReportItem, settings: Settings)
         record_sample(session, run.id, data.model_dump())
     elif item.kind == "log":
         record_event(session, run_id=run.id, type=EventType.log, data={"message": data.message})
-    elif item.kind == "alert" and not has_alert(session, run_id=run.id, kind=data.kind):
+    elif item.kind == "alert" and not has_alert(session, run_id=run.id, kind=data.kind):  # from older trainers
         raise_alert(session, kind=data.kind, message=data.message, settings=settings, run=run)
     elif item.kind == "status" and not RunStatus(run.status).finished:
-        end_run(session, run, RunStatus(data.status), settings=settings, alert=data.alert, error=data.error,
-                stop_reason=data.stop_reason, finished_at=utcnow(), stalled_at=None, disk_bytes=run_disk_bytes(run))
+        change_status(session, run, RunStatus(data.status), settings=settings, alert=data.alert, error=data.error,
+                      stop_reason=data.stop_reason, finished_at=utcnow(), stalled_at=None,
+                      disk_bytes=run_disk_bytes(run))
 
 
 def accept_checkpoint(session: Session, *, run_id: int, upload: Path, seq: int | None, settings: Settings) -> ReportAck:
@@ -161,10 +158,10 @@ def import_run(session: Session, *, body: RunImport, settings: Settings) -> Run:
     rows = sorted((m.model_dump() for m in body.metrics), key=lambda r: r["step"])
     evals = [r for r in rows if r["val_loss"] is not None]
     best = min(evals, key=lambda r: r["val_loss"]) if evals else None
-    run = new_run(session, body=body, origin=RunOrigin.imported, settings=settings, device=body.device,
-                  device_info=body.device_info, precision=body.precision, params=body.params,
-                  last_step=rows[-1]["step"], best_val_loss=best["val_loss"] if best else None,
-                  best_step=best["step"] if best else None)
+    run = trained_elsewhere(session, body=body, origin=RunOrigin.imported, settings=settings, device=body.device,
+                            device_info=body.device_info, precision=body.precision, params=body.params,
+                            last_step=rows[-1]["step"], best_val_loss=best["val_loss"] if best else None,
+                            best_step=best["step"] if best else None)
     session.execute(insert(Metric), [{"run_id": run.id, **r} for r in rows])
     rebuild_blocks(session, run_id=run.id)
     for sample in body.samples:
@@ -172,7 +169,7 @@ def import_run(session: Session, *, body: RunImport, settings: Settings) -> Run:
     record_event(session, run_id=run.id, type=EventType.log,
                  data={"message": f"imported: {len(rows)} metrics rows, trained on {body.device}"
                                   f" ({body.device_info.get('name') or 'device not named'})"})
-    set_status(session, run, RunStatus(body.status), finished_at=utcnow(), error=body.error)
+    change_status(session, run, RunStatus(body.status), settings=settings, finished_at=utcnow(), error=body.error)
     session.commit()
     return run
 

@@ -9,10 +9,13 @@ from pathlib import Path
 from sqlalchemy import delete
 from sqlmodel import Session, col
 
-from ..models import EventType, Metric, Run, Sample
+from ..models import Alert, EventType, Metric, Run, Sample
+from ..settings import Settings
+from .alerts import has_alert, raise_alert
 from .events import record_event
 from .files import run_disk_bytes
 from .metric_blocks import add_row, rebuild_blocks
+from .metric_history import overfit_watch
 
 
 def record_start(session: Session, run: Run, info: dict) -> None:
@@ -36,14 +39,21 @@ def record_start(session: Session, run: Run, info: dict) -> None:
                                   f"{info['precision']}, {info['params']:,} parameters"})
 
 
-def record_metric(session: Session, run: Run, row: dict) -> None:
+def record_metric(session: Session, run: Run, row: dict, *, settings: Settings) -> None:
     """One metrics row (the fields of ``tinygpt.train.StepMetrics``), counted in its blocks, and its event (which
-    leaves the outbox after ``TINYGPT_EVENT_WINDOW_SEC``: app/services/outbox.py)."""
+    leaves the outbox after ``TINYGPT_EVENT_WINDOW_SEC``: app/services/outbox.py). An evaluation row also
+    brings the run's overfitting verdict (an ``overfit`` event), and the overfitting alert the first time the
+    verdict says so."""
     session.add(Metric(run_id=run.id, **row))
     add_row(session, run_id=run.id, step=row["step"], train_loss=row["train_loss"])
     run.last_step = row["step"]
     session.add(run)
     record_event(session, run_id=run.id, type=EventType.metric, data=row)
+    if row.get("val_loss") is not None:
+        watch = overfit_watch(session, run_id=run.id)
+        record_event(session, run_id=run.id, type=EventType.overfit, data=watch.verdict())
+        if watch.overfitting and not has_alert(session, run_id=run.id, kind=Alert.overfitting):
+            raise_alert(session, kind=Alert.overfitting, message=watch.message(), settings=settings, run=run)
 
 
 def record_sample(session: Session, run_id: int, sample: dict) -> None:

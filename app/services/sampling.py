@@ -1,31 +1,37 @@
-"""Text from a run's best checkpoint, streamed token by token.
+"""Text from a run's best checkpoint, streamed token by token; its nearest tokens.
 
 Generation runs in a worker thread (never on the event loop), one at a time per app
-process; loaded models are kept in a small cache keyed by checkpoint path and mtime.
+process; loaded models are kept in a small cache keyed by checkpoint path and mtime. Loading is
+the costly part that a request can ask for again and again (readers too, with
+``TINYGPT_PUBLIC_SAMPLING``): one load at a time, at most ``TINYGPT_MODEL_LOADS_PER_MINUTE`` a minute
+(429 past it), each through the library's bounded checks (``tinygpt.checkpoint.checked_parts``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from pydantic import Field
-from sqlmodel import SQLModel
 
 from tinygpt.checkpoint import load_model
 from tinygpt.model import GPT
-from tinygpt.sample import nearest_tokens, stream_text
+from tinygpt.sample import stream_text
 from tinygpt.tokenizer import Tokenizer
 
-_models: OrderedDict[tuple[str, float], tuple[GPT, Tokenizer]] = OrderedDict()
-_lock = threading.Lock()
-_CACHE_SIZE = 2
+from ..errors import TooManyRequests
+from ..models import InputModel
+
+CACHE_SIZE = 2  # models kept loaded
+LOAD_WINDOW_SEC = 60.0
 
 
-class SampleRequest(SQLModel):
+class SampleRequest(InputModel):
     prompt: str = Field(default="Holmes", max_length=10_000)
     max_tokens: int = Field(default=200, ge=1)
     temperature: float = Field(default=0.8, ge=0, le=5)
@@ -34,24 +40,56 @@ class SampleRequest(SQLModel):
     seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
 
 
-def cached_model(path: Path) -> tuple[GPT, Tokenizer]:
-    key = (str(path), path.stat().st_mtime)
-    with _lock:
-        if key in _models:
-            _models.move_to_end(key)
-            return _models[key]
-    model, tokenizer, _ = load_model(path, "cpu")
-    with _lock:
-        _models[key] = (model, tokenizer)
-        while len(_models) > _CACHE_SIZE:
-            _models.popitem(last=False)
-    return model, tokenizer
+class ModelCache:
+    """The app's loaded models (``app.state.models``): the last ``CACHE_SIZE`` by checkpoint path and mtime,
+    loaded one at a time, at most ``per_minute`` loads in any sliding minute (a hit costs nothing)."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self.models: OrderedDict[tuple[str, float], tuple[GPT, Tokenizer]] = OrderedDict()
+        self.loads: deque[float] = deque()  # when the last loads started
+        self.lock = threading.Lock()
+        self.loading = threading.Lock()
+
+    def get(self, path: Path) -> tuple[GPT, Tokenizer]:
+        """The checkpoint's model: from the cache, or loaded (429 past the minute's budget; CheckpointError
+        for a file that is not a bounded, loadable checkpoint)."""
+        key = (str(path), path.stat().st_mtime)
+        if (hit := self.cached(key)) is not None:
+            return hit
+        with self.loading:
+            if (hit := self.cached(key)) is not None:  # loaded by the request we waited for
+                return hit
+            self.take_budget()
+            model, tokenizer, _ = load_model(path, "cpu")
+        with self.lock:
+            self.models[key] = (model, tokenizer)
+            while len(self.models) > CACHE_SIZE:
+                self.models.popitem(last=False)
+        return model, tokenizer
+
+    def cached(self, key: tuple[str, float]) -> tuple[GPT, Tokenizer] | None:
+        with self.lock:
+            if key in self.models:
+                self.models.move_to_end(key)
+                return self.models[key]
+        return None
+
+    def take_budget(self) -> None:
+        now = time.monotonic()
+        while self.loads and now - self.loads[0] >= LOAD_WINDOW_SEC:
+            self.loads.popleft()
+        if len(self.loads) >= self.per_minute:
+            wait = math.ceil(LOAD_WINDOW_SEC - (now - self.loads[0]))
+            raise TooManyRequests(f"too many models loaded in the last minute (limit {self.per_minute}); "
+                                  f"try again in {wait} s")
+        self.loads.append(now)
 
 
 _generation = threading.Semaphore(1)
 
 
-async def stream_sample(path: Path, req: SampleRequest) -> AsyncIterator[str]:
+async def stream_sample(model: GPT, tokenizer: Tokenizer, req: SampleRequest) -> AsyncIterator[str]:
     """Yield text pieces as the model produces them (generation runs in a thread)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[str | BaseException | None] = asyncio.Queue()
@@ -60,7 +98,6 @@ async def stream_sample(path: Path, req: SampleRequest) -> AsyncIterator[str]:
     def produce() -> None:
         try:
             with _generation:
-                model, tokenizer = cached_model(path)
                 for piece in stream_text(model, tokenizer, req.prompt, req.max_tokens, temperature=req.temperature,
                                          top_k=req.top_k, top_p=req.top_p, seed=req.seed):
                     if stop.is_set():
@@ -80,8 +117,3 @@ async def stream_sample(path: Path, req: SampleRequest) -> AsyncIterator[str]:
             yield item
     finally:
         stop.set()
-
-
-def neighbours(path: Path, word: str, k: int) -> list[tuple[str, float]]:
-    model, tokenizer = cached_model(path)
-    return nearest_tokens(model, tokenizer, word, k)

@@ -1,4 +1,4 @@
-"""Sweeps: a W&B-style search over run options, on Optuna (``app/study.py``); its trials are runs.
+"""Sweeps: a W&B-style search over run options, on Optuna (``app/services/study.py``); its trials are runs.
 
 ``settle_sweep`` is the one place a sweep moves on: it tells the study the result of every trial
 that has ended, queues trials up to ``parallel`` (until ``run_cap`` or the grid is spent), keeps the
@@ -18,9 +18,8 @@ from pydantic import ValidationError
 from sqlalchemy import update
 from sqlmodel import Session, col, select
 
-from tinygpt.options import Option
+from tinygpt.options import Option, did_you_mean
 
-from .. import study as studies
 from ..errors import Conflict, Invalid, NotFound, invalid_from
 from ..models import (
     TRAINING_OPTIONS,
@@ -38,11 +37,14 @@ from ..models import (
     TrialPublic,
     utcnow,
 )
+from ..redaction import shown_config
 from ..settings import Settings
+from . import study as studies
 from .alerts import raise_alert
 from .events import record_event
 from .files import remove_file, run_disk_bytes
-from .runs import add_runs, cancel_run, check_run, delete_run
+from .lifecycle import add_runs, cancel_run, check_run
+from .runs import delete_run
 
 TRIAL_STATES = {RunStatus.succeeded: "COMPLETE", RunStatus.pruned: "PRUNED"}  # any other end: FAIL
 ACTIVE = (RunStatus.queued, RunStatus.running)
@@ -72,7 +74,9 @@ def check_parameter(base: RunCreate, name: str, p: dict, method: str) -> None:
     """A parameter is a run option of the declaration, and every value it can take is inside its bounds."""
     option: Option | None = TRAINING_OPTIONS.get(name)
     if option is None:
-        raise Invalid(f"{name!r} is not a run option (GET /api/options lists them)", field=f"parameters.{name}")
+        guess = did_you_mean(name, TRAINING_OPTIONS)
+        raise Invalid(f"{name!r} is not a run option ({f'did you mean {guess!r}? ' if guess else ''}GET /api/options "
+                      "lists them)", field=f"parameters.{name}")
     if p.get("value") is not None:
         return check_value(base, name, p["value"], "value")
     if p.get("values") is not None:
@@ -110,10 +114,28 @@ def sweep_config(body: SweepCreate) -> dict:
     return body.model_dump(mode="json", exclude={"name", "tags"})
 
 
+class NoAliasLoader(yaml.SafeLoader):
+    """YAML's safe subset less aliases (``*name``): each alias repeats a whole node, and nested ones
+    multiply, so 400 bytes could stand for gigabytes once expanded. Refused where the parser meets them,
+    before anything is built."""
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted: write the value out",
+                                              mark)
+        return super().compose_node(parent, index)
+
+
+def load_yaml(text: str) -> Any:
+    """YAML (or JSON) text as data, without aliases (:class:`NoAliasLoader`); yaml.YAMLError otherwise."""
+    return yaml.load(text, Loader=NoAliasLoader)  # noqa: S506 (a SafeLoader)
+
+
 def parse_sweep_text(text: str) -> SweepCreate:
     """A sweep config written as YAML (or JSON, which YAML reads too), e.g. a W&B ``sweep.yaml``."""
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" (line {where.line + 1})" if where is not None else ""
@@ -135,9 +157,10 @@ def create_sweep(session: Session, *, body: SweepCreate, settings: Settings) -> 
     sweep = Sweep(name=body.name or f"{body.method} sweep of {', '.join(body.parameters)}", config=config,
                   tags=body.tags, trials_planned=studies.trials_planned(config))
     session.add(sweep)
+    session.flush()
+    studies.create(settings, sweep.id)  # before the sweep is seen running: a worker settles what it sees
     session.commit()
     session.refresh(sweep)
-    studies.create(settings, sweep.id)
     settle_sweep(session, sweep_id=sweep.id, settings=settings)
     session.refresh(sweep)
     return sweep
@@ -282,7 +305,7 @@ def list_sweeps(session: Session) -> list[SweepPublic]:
 
 
 def sweep_public(sweep: Sweep, trials: list[Run]) -> SweepPublic:
-    return SweepPublic.model_validate({**sweep.model_dump(), "counts": dict(Counter(r.status for r in trials)),
+    return SweepPublic.model_validate({**sweep.model_dump(), "config": shown_config(sweep.config), "counts": dict(Counter(r.status for r in trials)),
                                        "disk_bytes": sum(r.disk_bytes for r in trials)})
 
 

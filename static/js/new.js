@@ -23,11 +23,14 @@ function setupNewRunForm() {
   const field = (name) => document.querySelector(`#new-form [name="${name}"]`);
 
   // The model as the options make it (the preset, overridden by the model fields that are set):
-  // parameters and a rough training memory, measured by the server from the same declaration.
+  // parameters and the training memory, measured by the server from the same declaration. Which options
+  // shape the model is the declaration's too (GET /api/options: "model").
+  const modelOptions = fetch(TG.url("/api/options")).then((r) => r.json())
+    .then((options) => options.filter((o) => o.model).map((o) => o.name));
   let sizeRequest = 0;
   async function showModelSize(preset) {
     const query = new URLSearchParams({ preset: preset.name, batch_size: field("batch_size").value || 1 });
-    for (const name of ["arch", "vocab_size", "d_model", "n_layers", "n_heads", "context", "pos", "norm", "mlp"]) {
+    for (const name of await modelOptions) {
       if (field(name) && field(name).value !== "") query.set(name, field(name).value);
     }
     const mine = ++sizeRequest;

@@ -43,7 +43,7 @@ function setupRunPage() {
     const xs = pick(rows.map((r) => r[xKey]));
     const val = rows.map((r) => r.val_loss);
     const gap = rows.map((r) => (r.val_loss != null ? r.val_loss - r.train_loss : null));
-    const bestStep = state.best ? state.best.step : null;
+    const bestStep = state.overfit ? state.overfit.best_step : null; // the server's verdict: the best evaluation
     const best = rows.map((r) => (r.step === bestStep && r.val_loss != null ? r.val_loss : null));
     charts.loss.setData([xs, pick(train), pick(val), pick(gap), pick(best)]);
     state.drawnPoints = xs.length;
@@ -69,18 +69,12 @@ function setupRunPage() {
     }
   }
 
-  function updateOverfitting() {
-    const evals = state.rows.filter((r) => r.val_loss != null);
-    let best = null;
-    for (const r of evals) if (!best || r.val_loss < best.val_loss) best = r;
-    state.best = best;
-    const after = best ? evals.filter((r) => r.step > best.step) : [];
+  function showOverfit(verdict) { // the server's verdict (tinygpt.train.OverfitWatch): drawn, never re-decided here
+    state.overfit = verdict;
     const banner = $("banner");
-    if (after.length >= 2 && after[0].val_loss > best.val_loss && after[1].val_loss > best.val_loss) {
-      banner.textContent = `Overfitting since step ${after[0].step}; best checkpoint is step ${best.step} (val ${best.val_loss.toFixed(4)}).`;
-      banner.hidden = false;
-    } else {
-      banner.hidden = true;
+    banner.hidden = !(verdict && verdict.since != null);
+    if (!banner.hidden) {
+      banner.textContent = `Overfitting since step ${verdict.since}; best checkpoint is step ${verdict.best_step} (val ${verdict.best_val_loss.toFixed(4)}).`;
     }
   }
 
@@ -132,7 +126,7 @@ function setupRunPage() {
     state.historyEventId = h.last_event_id;
     state.loaded = true;
     updateProgress();
-    updateOverfitting();
+    showOverfit(h.overfit);
     redraw();
     listen(new EventSource(TG.url(`/api/runs/${run.id}/events?`) + new URLSearchParams({ after, history: h.last_event_id })));
   }
@@ -153,7 +147,6 @@ function setupRunPage() {
       while (state.rows.length && state.rows[state.rows.length - 1].step >= m.step) state.rows.pop();
       state.rows.push(m);
       updateProgress();
-      if (m.val_loss != null) updateOverfitting();
       redraw();
     });
     source.addEventListener("gap", () => { // rows we missed left the outbox: read the history again
@@ -161,8 +154,13 @@ function setupRunPage() {
       state.gaps = (state.gaps || 0) + 1;
       start(state.lastEventId).catch(showError);
     });
-    source.addEventListener("sample", (e) => {
+    source.addEventListener("overfit", (e) => { // each evaluation's verdict
       if (!fresh(e)) return;
+      showOverfit(JSON.parse(e.data));
+      redraw();
+    });
+    source.addEventListener("sample", (e) => { // the page was rendered with the samples up to rendered_event_id
+      if (!fresh(e) || +e.lastEventId <= run.rendered_event_id) return;
       const s = JSON.parse(e.data);
       addListItem("samples", [["span", `step ${s.step}`, "muted"], ["pre", s.text]]);
     });
@@ -241,7 +239,7 @@ function setupRunPage() {
     if (r.ok) $("run-name").textContent = (await r.json()).name;
   });
 
-  $("sample-form").addEventListener("submit", async (ev) => {
+  $("sample-form")?.addEventListener("submit", async (ev) => { // absent for readers who may not ask the model
     ev.preventDefault();
     const f = new FormData(ev.target);
     const body = { prompt: f.get("prompt"), max_tokens: +f.get("max_tokens"), temperature: +f.get("temperature") };
@@ -276,7 +274,7 @@ function setupRunPage() {
     }
   });
 
-  $("neighbours-form").addEventListener("submit", async (ev) => {
+  $("neighbours-form")?.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const word = new FormData(ev.target).get("word");
     const r = await fetch(TG.url(`/api/runs/${run.id}/neighbors?`) + new URLSearchParams({ word, k: 10 }));
@@ -287,7 +285,6 @@ function setupRunPage() {
     for (const n of d) addListItem("neighbours", [["code", JSON.stringify(n.token)], ["span", ` ${n.similarity.toFixed(3)}`]]);
   });
 
-  $("samples").innerHTML = ""; // the stream replays them all
   buildCharts();
   start(0).catch(showError);
 }

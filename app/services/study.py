@@ -18,7 +18,7 @@ from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from .settings import Settings
+from ..settings import Settings
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial otherwise, in every job's log
 

@@ -1,4 +1,5 @@
-"""The login page: trade the API token for a session cookie (HttpOnly, SameSite=Strict).
+"""The login page: trade the API token for a session cookie (HttpOnly, SameSite=Strict) that expires
+after ``TINYGPT_SESSION_DAYS``; ``/logout`` ends the session (``app/services/sessions.py``).
 
 Only used when ``TINYGPT_API_TOKEN`` is set; see :mod:`app.security`.
 """
@@ -10,9 +11,10 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from .deps import SettingsDep
-from .security import SESSION_COOKIE, has_credentials, safe_next, session_value, token_matches
-from .templating import app_url, render
+from ..deps import SessionDep, SettingsDep
+from ..security import SESSION_COOKIE, has_credentials, safe_next, token_matches
+from ..services.sessions import end_session, start_session
+from ..templating import app_url, render
 
 router = APIRouter(include_in_schema=False)
 
@@ -25,21 +27,24 @@ def login_form(request: Request, settings: SettingsDep, next: str = "/") -> Resp
 
 
 @router.post("/login", response_class=HTMLResponse)
-def login(request: Request, settings: SettingsDep, token: Annotated[str, Form(max_length=1000)] = "",
+def login(request: Request, settings: SettingsDep, session: SessionDep,
+          token: Annotated[str, Form(max_length=1000)] = "",
           next: Annotated[str, Form(max_length=2000)] = "/") -> Response:
     expected = settings.api_token
     if expected is None:
         return RedirectResponse(app_url(request, safe_next(next)), status_code=303)
     if not token_matches(token, expected):
         return render(request, "login.html", 401, next=safe_next(next), error="wrong token")
+    secret = start_session(session, token=expected, days=settings.session_days)
     response = RedirectResponse(app_url(request, safe_next(next)), status_code=303)
-    response.set_cookie(SESSION_COOKIE, session_value(expected), httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https", path="/")
+    response.set_cookie(SESSION_COOKIE, secret, max_age=int(settings.session_days * 86_400), httponly=True,
+                        samesite="strict", secure=request.url.scheme == "https", path="/")
     return response
 
 
 @router.post("/logout")
-def logout(request: Request) -> Response:
+def logout(request: Request, session: SessionDep) -> Response:
+    end_session(session, secret=request.cookies.get(SESSION_COOKIE, ""))
     response = RedirectResponse(app_url(request, "/login"), status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
     return response

@@ -12,9 +12,9 @@ from starlette.concurrency import run_in_threadpool
 
 from tinygpt.presets import list_presets
 
-from .deps import SessionDep, SettingsDep, SweepId
-from .errors import AppError, invalid_from
-from .models import (
+from ..deps import SessionDep, SettingsDep, SweepId
+from ..errors import AppError, invalid_from
+from ..models import (
     EARLY_TERMINATE,
     PARAMETER_DISTRIBUTIONS,
     SWEEP_METHODS,
@@ -22,10 +22,10 @@ from .models import (
     TRAINING_OPTIONS,
     SweepCreate,
 )
-from .services import datasets as ds_svc
-from .services import runs as run_svc
-from .services import sweeps as svc
-from .templating import app_url, render
+from ..services import datasets as ds_svc
+from ..services import sweeps as svc
+from ..services.devices import machine_devices
+from ..templating import app_url, render
 
 router = APIRouter(include_in_schema=False)
 
@@ -43,7 +43,7 @@ SWEEP_FORM_DEFAULTS: dict[str, Any] = {
 def scalar(text: str) -> Any:
     """A value typed in the form as YAML reads it: 0.1, 8, modern, true."""
     try:
-        return yaml.safe_load(text)
+        return svc.load_yaml(text)
     except yaml.YAMLError:
         return text
 
@@ -91,7 +91,7 @@ def sweep_form_context(session: SessionDep, settings: SettingsDep, values: dict,
             "methods": SWEEP_METHODS, "metrics": SWEEP_METRICS, "early_terminate": EARLY_TERMINATE,
             "distributions": [d for d in PARAMETER_DISTRIBUTIONS if d not in ("categorical", "constant")],
             "presets": list_presets(), "datasets": ds_svc.list_datasets(session, settings=settings),
-            "devices": list(run_svc.machine_devices())}
+            "devices": list(machine_devices())}
 
 
 @router.get("/sweeps", response_class=HTMLResponse)

@@ -12,16 +12,21 @@ from starlette.concurrency import run_in_threadpool
 from tinygpt.options import GROUPS, Option
 from tinygpt.presets import PRESETS, list_presets
 
-from .deps import RunId, SessionDep, SettingsDep
-from .errors import AppError
-from .models import TRAINING_OPTIONS, Alert, BenchmarkCreate, RunCreate, RunKind, RunPublic, RunStatus
-from .services import benchmarks as bench_svc
-from .services import datasets as ds_svc
-from .services import runs as svc
-from .services.events import last_run_event_id
-from .services.metric_history import metric_columns
-from .settings import Settings
-from .templating import app_url, render
+from ..deps import RunId, SessionDep, SettingsDep
+from ..errors import AppError
+from ..models import TRAINING_OPTIONS, Alert, BenchmarkCreate, RunCreate, RunKind, RunPublic, RunStatus
+from ..redaction import shown_config
+from ..security import may_query_model
+from ..services import benchmarks as bench_svc
+from ..services import compare, lifecycle
+from ..services import datasets as ds_svc
+from ..services import metric_history as history
+from ..services import runs as svc
+from ..services.devices import machine_devices
+from ..services.events import last_run_event_id
+from ..services.metric_history import metric_columns
+from ..settings import Settings
+from ..templating import app_url, render
 
 router = APIRouter(include_in_schema=False)
 
@@ -57,7 +62,7 @@ def form_field(spec: Option, max_steps: int) -> dict:
 
 def median_rates(session: SessionDep, run_ids: list[int]) -> dict[int, float]:
     """The median tokens/s of each run (the runs are in the session already: no query for a finished one)."""
-    rates = {run_id: svc.run_rate(session, svc.get_run(session, run_id=run_id)) for run_id in run_ids}
+    rates = {run_id: history.run_rate(session, svc.get_run(session, run_id=run_id)) for run_id in run_ids}
     return {run_id: rate for run_id, rate in rates.items() if rate is not None}
 
 
@@ -108,13 +113,13 @@ def runs_partial(request: Request, session: SessionDep, filters: FiltersDep) -> 
 
 
 def form_context(session: SessionDep, settings: SettingsDep, values: dict, errors: dict) -> dict:
-    devices = list(svc.machine_devices())
+    devices = list(machine_devices())
     return {
         "nav": "new", "values": values, "errors": errors, "presets": list_presets(),
         "datasets": ds_svc.list_datasets(session, settings=settings), "devices": devices,
         "gpu_available": any(d["device"].startswith("cuda") and d["available"] for d in devices),
         "max_upload_mb": settings.max_upload_mb, "speed_estimates": bench_svc.speed_estimates(session),
-        "groups": form_groups(settings),
+        "groups": form_groups(settings), "alerts": list(Alert), "run_webhooks": settings.run_webhooks,
     }
 
 
@@ -124,7 +129,7 @@ def new_run_page(request: Request, session: SessionDep, settings: SettingsDep,
     values = dict(FORM_DEFAULTS)
     if from_ is not None:  # "run again": the form prefilled from an earlier run
         run = svc.get_run(session, run_id=from_)
-        values.update(run.config, device=run.requested_device, name=f"{run.name} (again)", tags=run.tags)
+        values.update(shown_config(run.config), device=run.requested_device, name=f"{run.name} (again)", tags=run.tags)
     return render(request, "new.html", **form_context(session, settings, values, {}))
 
 
@@ -139,23 +144,27 @@ def parse_form(form: dict[str, Any]) -> dict[str, Any]:
     body["tags"] = [t.strip() for t in body.get("tags", "").split(",") if t.strip()]
     if body.pop("cpu_and_gpu", None):
         body["device"] = ["cpu", "cuda"]
+    if "notify_urls" in body:  # the Notifications fieldset: alerts ticked, one URL a line
+        body["notify"] = {"events": form.get("notify_events", []),
+                          "urls": [u.strip() for u in body.pop("notify_urls").splitlines() if u.strip()]}
     return body
 
 
 @router.post("/new", response_class=HTMLResponse)
 async def create_from_form(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
-    form = dict(await request.form())
+    submitted = await request.form()
+    form = {**dict(submitted), "notify_events": submitted.getlist("notify_events")}
     body = parse_form(form)
     values = {**FORM_DEFAULTS, **body, "device": form.get("device", "auto")}
     try:
         create = RunCreate.model_validate(body)
         # the writes may wait for SQLite's write lock: in a worker thread, never on the event loop
-        runs = await run_in_threadpool(lambda: svc.create_runs(session, body=create, settings=settings))
+        runs = await run_in_threadpool(lambda: lifecycle.create_runs(session, body=create, settings=settings))
     except ValidationError as exc:
         errors = {str(e["loc"][0]) if e["loc"] else "_": e["msg"].removeprefix("Value error, ") for e in exc.errors()}
         return render(request, "_new_form.html", 422, **form_context(session, settings, values, errors))
     except AppError as exc:
-        errors = {exc.field or "_": exc.message}
+        errors = {exc.field.split(".")[0] if exc.field else "_": exc.message}  # notify.urls.0: the notify field
         return render(request, "_new_form.html", exc.status_code, **form_context(session, settings, values, errors))
     target = f"/runs/{runs[0].id}" if len(runs) == 1 else f"/compare?ids={','.join(str(r.id) for r in runs)}"
     return Response(status_code=200, headers={"HX-Redirect": app_url(request, target)})
@@ -181,7 +190,8 @@ def run_page(run_id: RunId, request: Request, session: SessionDep) -> Response:
     shown_up_to = last_run_event_id(session, run_id=run_id)
     return render(request, "run.html", nav="runs", run=public,
                   run_json={**public.model_dump(mode="json"), "rendered_event_id": shown_up_to},
-                  samples=svc.run_samples(session, run_id=run_id), config_rows=config_rows(public))
+                  samples=svc.run_samples(session, run_id=run_id), config_rows=config_rows(public),
+                  can_query_model=may_query_model(request))
 
 
 def option_text(key: str, value: object, run: RunPublic) -> str:
@@ -230,7 +240,7 @@ def compare_page(request: Request, session: SessionDep, ids: Annotated[list[str]
         error = "run ids must be numbers separated by commas"
     if run_ids and not error:
         try:
-            result = svc.compare_runs(session, ids=run_ids)
+            result = compare.compare_runs(session, ids=run_ids)
             for summary in result["runs"]:  # each curve thinned in the database, every evaluation kept
                 history = metric_columns(session, run_id=summary["id"], max_points=COMPARE_POINTS)["columns"]
                 summary["history"] = {k: history[k] for k in ("step", "train_loss", "val_loss", "tokens_seen",
@@ -247,7 +257,7 @@ def benchmarks_page(request: Request, session: SessionDep) -> HTMLResponse:
 
 
 def benchmark_form_context(values: dict, errors: dict) -> dict:
-    return {"values": values, "errors": errors, "presets": list_presets(), "devices": list(svc.machine_devices())}
+    return {"values": values, "errors": errors, "presets": list_presets(), "devices": list(machine_devices())}
 
 
 BENCHMARK_FORM_DEFAULTS: dict[str, Any] = {

@@ -1,0 +1,91 @@
+"""Metrics rows (the library's StepMetrics as a table), their block summaries, and samples."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from datetime import datetime
+from typing import Any, get_type_hints
+
+from pydantic import (
+    create_model,
+)
+from sqlalchemy import BigInteger, Index, Text, text
+from sqlmodel import Field, SQLModel
+
+from tinygpt.train import Sample as TrainSample
+from tinygpt.train import StepMetrics
+
+from .common import utcnow
+
+
+# -- metrics, samples, events -----------------------------------------------------------------
+def library_record(name: str, record: type, **sql_types: Any) -> type[SQLModel]:
+    """A SQLModel base with the fields of a library dataclass, declared there once. ``sql_types``:
+    a field's column type where the default does not do (long text, 64-bit counts)."""
+    hints = get_type_hints(record)
+    return create_model(name, __base__=SQLModel, __doc__=f"The fields of tinygpt's {record.__name__}.",
+                        **{f.name: (hints[f.name], Field(sa_type=sql_types[f.name]) if f.name in sql_types else ...)
+                           for f in fields(record)})
+
+
+# billions of tokens on a GPU run: past a 32-bit integer
+MetricBase = library_record("MetricBase", StepMetrics, tokens_seen=BigInteger)
+
+
+class Metric(MetricBase, table=True):
+    __tablename__ = "metrics"
+    # the evaluation rows have their own (partial) index: a chart keeps every one of them, read without a scan
+    __table_args__ = (Index("ix_metrics_run_step", "run_id", "step"),
+                      Index("ix_metrics_run_eval_step", "run_id", "step", sqlite_where=text("val_loss IS NOT NULL"),
+                            postgresql_where=text("val_loss IS NOT NULL")))
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", ondelete="CASCADE")
+
+
+class MetricPublic(MetricBase):
+    pass
+
+
+class MetricBlock(SQLModel, table=True):
+    """The steps of one run in one block of ``BLOCK_STEPS[level]`` steps, summed up: their count, first and last
+    step, lowest and highest training loss. Kept as rows are written (``app/services/metric_blocks.py``), so a
+    thinned chart of a million rows reads a few thousand blocks instead of every row."""
+
+    __tablename__ = "metric_blocks"
+
+    run_id: int = Field(foreign_key="runs.id", primary_key=True, ondelete="CASCADE")
+    level: int = Field(primary_key=True)
+    block: int = Field(primary_key=True)  # step // BLOCK_STEPS[level]
+    first_step: int
+    last_step: int
+    rows: int
+    min_train_loss: float | None = None
+    max_train_loss: float | None = None
+
+
+class MetricColumns(SQLModel):
+    """A run's metrics as one list per field (``GET /api/runs/{id}/metrics?format=columns``)."""
+
+    run_id: int
+    rows: int = Field(description="rows in the step range (before thinning)")
+    downsampled: bool
+    last_event_id: int = Field(description="the run's newest event when this was read: stream from there")
+    overfit: dict = Field(description="its overfitting verdict then (tinygpt.train.OverfitWatch): best_step, "
+                          "best_val_loss, since (the first evaluation above the best; null: not overfitting)")
+    columns: dict[str, list[float | int | None]]
+
+
+SampleBase = library_record("SampleBase", TrainSample, prompt=Text, text=Text)
+
+
+class Sample(SampleBase, table=True):
+    __tablename__ = "samples"
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", index=True, ondelete="CASCADE")
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class SamplePublic(SampleBase):
+    created_at: datetime

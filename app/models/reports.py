@@ -1,0 +1,147 @@
+"""Runs trained elsewhere: reported as they train (tinygpt train --report-to) or imported when finished."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Literal, Union
+
+from pydantic import (
+    ConfigDict,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+from sqlmodel import Field, SQLModel
+
+from tinygpt.device import check_device_name, check_precision_name
+
+from .alerts import Alert
+from .common import InputModel
+from .metrics import MetricBase
+from .runs import RunConfig, RunStatus
+
+# -- reported and imported runs (tinygpt train --report-to, tinygpt import) ----------------------------
+MAX_INT32 = 2**31 - 1  # steps, parameter counts, journal numbers: 32-bit columns (PostgreSQL's integer)
+MAX_INT62 = 2**62  # token counts: 64-bit columns
+class MetricIn(MetricBase):
+    """A metrics row sent by a trainer: finite numbers only (a NaN loss is the trainer's finding, sent as its
+    status, never a row)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="after")
+    def _finite(self) -> MetricIn:
+        for name, value in self:
+            if isinstance(value, float) and not math.isfinite(value):
+                raise PydanticCustomError("value_error", f"{name} must be a finite number, got {value}")
+        for name, top in (("step", MAX_INT32), ("tokens_seen", MAX_INT62)):  # what the columns hold
+            if not 0 <= getattr(self, name) <= top:
+                raise PydanticCustomError("value_error", f"{name} must be in [0, {top}], got {getattr(self, name)}")
+        return self
+
+
+class SampleIn(InputModel):
+    step: int = Field(ge=0, le=MAX_INT32)
+    prompt: str = Field(max_length=2000)
+    text: str = Field(max_length=20_000)
+
+
+class ReportedRunBase(InputModel):
+    name: str = Field(min_length=1, max_length=200)
+    tags: list[str] = Field(default_factory=list, max_length=50)
+    host: str | None = Field(default=None, max_length=200, description="the machine it trains on")
+    device: str = Field(default="auto", max_length=50, description="the device it was asked for (cpu, cuda, ...)")
+    config: RunConfig = Field(description="its run options (the dataset is a label: the corpus is on its machine)")
+
+    @field_validator("device")
+    @classmethod
+    def _device_name(cls, v: str) -> str:
+        return check_device_name(v)
+
+
+class ReportedRunCreate(ReportedRunBase):
+    """POST /api/runs/reported: a run trained elsewhere that reports here. The same ``report_id`` twice
+    is the same run (a retry whose answer was lost)."""
+
+    report_id: str = Field(description="the trainer's id for the run (8-64 hex digits)")
+
+    @field_validator("report_id")
+    @classmethod
+    def _hex_id(cls, v: str) -> str:
+        if not re.fullmatch(r"[0-9a-f]{8,64}", v):
+            raise ValueError("report_id must be 8-64 lowercase hex digits")
+        return v
+
+
+class ResolvedIn(InputModel):
+    device: str = Field(max_length=50)
+    device_info: dict = Field(default_factory=dict)
+    precision: str
+    params: int = Field(ge=0, le=MAX_INT32)
+    start_step: int = Field(default=0, ge=0, le=MAX_INT32)
+    resumed: bool = False
+
+    @field_validator("precision")
+    @classmethod
+    def _precision(cls, v: str) -> str:
+        return check_precision_name(v)
+
+
+class LogIn(InputModel):
+    message: str = Field(max_length=2000)
+
+
+class AlertIn(InputModel):
+    kind: Literal[Alert.overfitting]
+    message: str = Field(max_length=2000)
+
+
+class EndIn(InputModel):
+    status: Literal[RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled]
+    error: str | None = Field(default=None, max_length=5000)
+    stop_reason: str | None = Field(default=None, max_length=2000)
+    alert: Literal[Alert.nonfinite_loss] | None = None
+
+
+def report_item(kind: str, data: type) -> type[SQLModel]:
+    return create_model(f"{kind.capitalize()}Item", __base__=InputModel, seq=(int, Field(ge=1, le=MAX_INT32)),
+                        kind=(Literal[kind], ...), data=(data, ...))
+
+
+#: What a trainer's journal holds, item by item (``tinygpt/report.py``); a checkpoint is uploaded instead.
+REPORT_ITEMS = {"start": ResolvedIn, "metric": MetricIn, "sample": SampleIn, "log": LogIn, "alert": AlertIn,
+                "status": EndIn}
+ReportItem = Annotated[Union[tuple(report_item(k, v) for k, v in REPORT_ITEMS.items())],  # noqa: UP007
+                       Field(discriminator="kind")]
+
+
+class ReportBatch(InputModel):
+    """POST /api/runs/{id}/report: journal items in order; each ``seq`` is applied once."""
+
+    items: list[ReportItem] = Field(default_factory=list, max_length=1000)
+
+
+class ReportAck(SQLModel):
+    applied_seq: int = Field(description="the last item the dashboard holds: send from the next one")
+    cancel_requested: bool = Field(description="someone asked the run to stop: stop at the next step")
+    status: str
+
+
+class RunImport(ReportedRunBase):
+    """POST /api/runs/import: a finished run, its metrics in one request (its checkpoint after it, with
+    PUT /api/runs/{id}/checkpoint)."""
+
+    device_info: dict = Field(default_factory=dict, description='e.g. {"name": "NVIDIA H200"}')
+    precision: str | None = None
+    params: int | None = Field(default=None, ge=0, le=MAX_INT32)
+    status: Literal[RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled] = RunStatus.succeeded
+    error: str | None = Field(default=None, max_length=5000)
+    metrics: list[MetricIn] = Field(min_length=1, max_length=1_000_000)
+    samples: list[SampleIn] = Field(default_factory=list, max_length=1000)
+
+    @field_validator("precision")
+    @classmethod
+    def _precision(cls, v: str | None) -> str | None:
+        return None if v is None else check_precision_name(v)

@@ -1,0 +1,280 @@
+"""Runs: their statuses and kinds, the run options of the API (declared once, in the library), the table and
+what the API shows of it."""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+from sqlalchemy import JSON, BigInteger, Column, Index, Text
+from sqlmodel import Field, SQLModel
+
+from tinygpt.device import check_device_name
+from tinygpt.options import Option
+from tinygpt.train import OPTIONS, TrainConfig
+
+from ..redaction import shown_config
+from ..settings import WebhookUrl
+from .alerts import Alert
+from .common import InputModel, utcnow
+
+
+class RunStatus(enum.StrEnum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+    crashed = "crashed"
+    pruned = "pruned"  # a sweep's trial stopped early by the sweep's pruner: metrics and best checkpoint kept
+
+    @property
+    def finished(self) -> bool:
+        return self in FINISHED
+
+
+FINISHED = {RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled, RunStatus.crashed, RunStatus.pruned}
+
+
+class RunOrigin(enum.StrEnum):
+    """Where a run was trained."""
+
+    dashboard = "dashboard"  # queued here, trained by a worker
+    reported = "reported"  # trained elsewhere by `tinygpt train --report-to`, streamed here as it trains
+    imported = "imported"  # a finished run folder or metrics CSV, brought in by `tinygpt import`
+
+
+class RunKind(enum.StrEnum):
+    train = "train"
+    benchmark = "benchmark"
+
+
+
+class Notify(InputModel):
+    """A run's notifications: which alerts go to the webhooks (the settings' and these ``urls``)."""
+
+    events: list[Alert] = Field(default_factory=lambda: list(Alert), max_length=len(Alert),
+                                description="alerts to send; default all")
+    urls: list[WebhookUrl] = Field(default_factory=list, max_length=5, description="more webhook URLs for this "
+                                   "run (http or https), besides TINYGPT_WEBHOOK_URLS")
+
+
+# -- runs -----------------------------------------------------------------------------------
+def option_field(spec: Option) -> tuple[Any, Any]:
+    """A pydantic field for a run option: its type, default and description, its bounds and choices in the
+    OpenAPI schema, and the library's own check (so a bad value gets the library's message, naming it)."""
+
+    def check(value: Any) -> Any:
+        try:
+            return spec.check(value)
+        except ValueError as exc:
+            raise PydanticCustomError("value_error", str(exc)) from None
+
+    kind = spec.kind | None if spec.none is not None else spec.kind
+    schema = {k: v for k, v in {"minimum": spec.ge, "exclusiveMinimum": spec.gt, "maximum": spec.le,
+                                "exclusiveMaximum": spec.lt, "enum": list(spec.choices) if spec.choices else None,
+                                "maxLength": spec.max_length, "x-group": spec.group, "x-unit": spec.unit,
+                                "x-advanced": spec.advanced or None}.items() if v is not None}
+    description = spec.help + (f" (unset: {spec.none})" if spec.none else "")
+    return Annotated[kind, AfterValidator(check)], Field(default=spec.default, description=description,
+                                                         schema_extra={"json_schema_extra": schema})
+
+
+#: The run options of the API, one field per option of the library's declaration (tinygpt/train.py),
+#: less the two the dashboard decides (the corpus is a dataset; the device is the worker's slot).
+TRAINING_OPTIONS = {name: spec for name, spec in OPTIONS.items() if name != "device"}
+
+
+def _batch_splits_evenly(v: int, info: ValidationInfo) -> int:
+    batch = info.data.get("batch_size")
+    if batch is not None and batch % v:
+        raise ValueError(f"batch_size {batch} must divide evenly over {v} processes")
+    return v
+
+
+def _dataset_name(v: str) -> str:
+    if not v or len(v) > 100:
+        raise ValueError("dataset name must be 1-100 characters")
+    return v
+
+
+def library_config(config: SQLModel) -> TrainConfig:
+    """The library's ``TrainConfig`` of a run's validated options (corpus left to the job)."""
+    return TrainConfig(**{name: getattr(config, name) for name in TRAINING_OPTIONS})
+
+
+def _model_fits(config: SQLModel) -> SQLModel:
+    """Sizes that do not fit together (heads that do not divide d_model, ...): the library's message, naming both."""
+    try:
+        library_config(config).model_config()
+    except ValueError as exc:
+        raise PydanticCustomError("value_error", str(exc)) from None
+    return config
+
+
+RunConfig = create_model(  # the validated training options of a run (POST /api/runs less name, tags, device)
+    "RunConfig", __base__=InputModel, __doc__="The validated training options of a run.",
+    __validators__={"gpus_split": field_validator("gpus")(_batch_splits_evenly),
+                    "dataset_name": field_validator("dataset")(_dataset_name),
+                    "model_fits": model_validator(mode="after")(_model_fits)},
+    **{name: option_field(spec) for name, spec in TRAINING_OPTIONS.items()},
+    # what the dashboard adds to the library's options
+    dataset=(str, Field(default="holmes", description="a dataset's name (GET /api/datasets)")),
+    gpus=(int, Field(default=1, ge=1, le=64, description="processes training together (DistributedDataParallel, "
+                     "launched by torchrun): one per GPU, or gloo processes on the CPU; the batch is split among "
+                     "them")),
+    resume=(bool, Field(default=True, description="resume from the last checkpoint after a crash")),
+    notify=(Notify, Field(default_factory=Notify, description="alerts sent to webhooks")),
+)
+
+
+class RunCreate(RunConfig):
+    """POST /api/runs. ``device`` may be a list: one run per device, same seed, one group."""
+
+    device: str | list[str] = "auto"
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    tags: list[str] = Field(default_factory=list, max_length=50)
+
+    @field_validator("device")
+    @classmethod
+    def _device_names(cls, v: str | list[str]) -> str | list[str]:
+        names = [v] if isinstance(v, str) else v
+        if not names:
+            raise ValueError("give at least one device")
+        if len(names) > 8:
+            raise ValueError("at most 8 devices at once")
+        checked = [check_device_name(n) for n in names]
+        return checked[0] if isinstance(v, str) else checked
+
+    @field_validator("tags")
+    @classmethod
+    def _tag_lengths(cls, v: list[str]) -> list[str]:
+        for tag in v:
+            if not 1 <= len(tag) <= 50:
+                raise ValueError("each tag must be 1-50 characters")
+        return v
+
+    def devices(self) -> list[str]:
+        return [self.device] if isinstance(self.device, str) else list(self.device)
+
+
+class RunUpdate(InputModel):
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    tags: list[str] | None = Field(default=None, max_length=50)
+    notes: str | None = Field(default=None, max_length=20_000)
+
+
+class Run(SQLModel, table=True):
+    __tablename__ = "runs"
+    # AUTOINCREMENT on SQLite: the id of a deleted run is never handed out again
+    __table_args__ = (Index("ix_runs_status_id", "status", "id"), {"sqlite_autoincrement": True})
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str
+    kind: str = Field(default=RunKind.train)
+    status: str = Field(default=RunStatus.queued, index=True)
+    config: dict = Field(sa_column=Column(JSON, nullable=False))
+    requested_device: str = "auto"
+    device: str | None = None
+    device_info: dict | None = Field(default=None, sa_column=Column(JSON))
+    precision: str | None = None
+    params: int | None = None
+    worker: str | None = None
+    worker_host: str | None = None
+    pid: int | None = None
+    attempt: int = 0
+    cancel_requested: bool = False
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+    error: str | None = Field(default=None, sa_column=Column(Text))
+    last_step: int = 0
+    best_val_loss: float | None = None
+    best_step: int | None = None
+    checkpoint_path: str | None = None
+    out_dir: str | None = None
+    tags: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    notes: str = ""
+    group_id: str | None = Field(default=None, index=True)
+    sweep_id: int | None = Field(default=None, foreign_key="sweeps.id", index=True, ondelete="SET NULL")
+    trial: int | None = None  # the trial's number in its sweep's study
+    disk_bytes: int = Field(default=0, sa_type=BigInteger)  # the run's files (checkpoints, logs), as last counted
+    stop_reason: str | None = None  # early stopping: why it ended before its last step
+    progress_at: datetime | None = None  # when its step last advanced (written by its job)
+    step_sec: float | None = None  # median seconds per step lately (written by its job)
+    stalled_at: datetime | None = None  # set while no step came for too long (see worker.stalls)
+    origin: str = Field(default=RunOrigin.dashboard)
+    report_id: str | None = Field(default=None, unique=True, index=True)  # a reported run's id on its trainer's side
+    report_seq: int = 0  # a reported run: the last journal item applied (each is applied once)
+    events_trimmed_to: int = 0  # the newest of its ``metric`` events deleted from the outbox (0: none yet)
+    tokens_per_sec: float | None = None  # the median over its rows, stored when it finishes (runs.run_rate)
+
+
+class RunWorkerPublic(SQLModel):
+    """Where a run ran: the worker's name and its machine's host name (the device is in ``device_info``)."""
+
+    name: str
+    host: str | None
+
+
+class RunPublic(SQLModel):
+    id: int
+    name: str
+    kind: str
+    status: str
+    config: dict
+    requested_device: str
+    device: str | None
+    device_info: dict | None
+    precision: str | None
+    params: int | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    heartbeat_at: datetime | None
+    error: str | None
+    last_step: int
+    steps: int
+    best_val_loss: float | None
+    best_step: int | None
+    has_checkpoint: bool
+    tags: list[str]
+    notes: str
+    group_id: str | None
+    attempt: int
+    worker: RunWorkerPublic | None
+    sweep_id: int | None
+    trial: int | None
+    disk_bytes: int
+    stop_reason: str | None
+    stalled_at: datetime | None
+    origin: str
+    host: str | None  # the machine it trains (trained) on: its worker's, or the reporting trainer's
+
+    @classmethod
+    def of(cls, run: Run) -> RunPublic:
+        data: dict[str, Any] = run.model_dump()
+        data["config"] = shown_config(run.config)
+        data["worker"] = {"name": run.worker, "host": run.worker_host} if run.worker else None
+        data["host"] = run.worker_host
+        # progress: training steps, or for a benchmark the number of cells (known once it starts)
+        data["steps"] = int(run.config.get("cells" if run.kind == RunKind.benchmark else "steps", 0))
+        data["has_checkpoint"] = bool(run.checkpoint_path)
+        return cls.model_validate(data)
+
+
+class RunsPage(SQLModel):
+    items: list[RunPublic]
+    total: int
+    offset: int
+    limit: int

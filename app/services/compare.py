@@ -1,0 +1,85 @@
+"""Runs side by side (``GET /api/compare``, the compare page): each run's figures from its evaluations and a
+few aggregates (never every row), aligned evaluation steps, the largest gaps between the curves, and the
+options that differ (webhook URLs as the request may see them)."""
+
+from __future__ import annotations
+
+from sqlalchemy import func
+from sqlmodel import Session, col, select
+
+from ..errors import Invalid
+from ..models import Metric, MetricPublic, Run, RunPublic
+from ..redaction import shown_config
+from .metric_history import run_rate
+from .runs import get_run
+
+# -- comparison ---------------------------------------------------------------------------------
+MAX_COMPARED_RUNS = 10  # one chart stays readable, and the page stays fast
+
+def evaluation_rows(session: Session, *, run_id: int) -> list[MetricPublic]:
+    """The rows with a validation loss, by step (their own index: no scan of the other rows)."""
+    stmt = select(Metric).where(Metric.run_id == run_id, col(Metric.val_loss).is_not(None)).order_by(col(Metric.step))
+    return [MetricPublic.model_validate(m) for m in session.exec(stmt)]
+
+def run_figures(session: Session, run: Run, evals: list[MetricPublic]) -> dict:
+    """What the comparison shows of one run, from its evaluations and a few aggregates (never every row)."""
+    last_elapsed = session.exec(select(Metric.elapsed_sec).where(Metric.run_id == run.id)
+                                .order_by(col(Metric.step).desc()).limit(1)).first()
+    peak_mem = session.exec(select(func.max(Metric.peak_mem_mib)).where(Metric.run_id == run.id)).one()
+    return {
+        "id": run.id,
+        "name": run.name,
+        "device": run.device or run.requested_device,
+        "device_name": (run.device_info or {}).get("name"),
+        "worker": RunPublic.of(run).worker.model_dump() if run.worker else None,
+        "origin": run.origin,
+        "host": run.worker_host,
+        "precision": run.precision,
+        "status": run.status,
+        "final_train_loss": evals[-1].train_loss if evals else None,
+        "final_val_loss": evals[-1].val_loss if evals else None,
+        "best_val_loss": min((m.val_loss for m in evals), default=None),
+        "best_step": min(evals, key=lambda m: m.val_loss).step if evals else None,
+        "tokens_per_sec": run_rate(session, run),
+        "training_sec": last_elapsed,
+        "peak_mem_mib": peak_mem,
+    }
+
+def compare_runs(session: Session, *, ids: list[int]) -> dict:
+    """Aligned metrics, final/best values, tok/s ratios and the largest gap between loss curves."""
+    if len(ids) < 2:
+        raise Invalid("give at least two run ids to compare", field="ids")
+    if len(ids) > MAX_COMPARED_RUNS:
+        raise Invalid(f"compare at most {MAX_COMPARED_RUNS} runs at once (got {len(ids)})", field="ids")
+    if not all(1 <= i < 2**63 for i in ids):
+        raise Invalid("run ids must be positive 64-bit integers", field="ids")
+    runs = [get_run(session, run_id=i) for i in ids]
+    evals = {r.id: evaluation_rows(session, run_id=r.id) for r in runs}
+    summaries = [run_figures(session, run, evals[run.id]) for run in runs]
+    base = summaries[0]["tokens_per_sec"]
+    for s in summaries:
+        s["speedup_vs_first"] = s["tokens_per_sec"] / base if base and s["tokens_per_sec"] else None
+
+    val_by_run = [{m.step: m for m in evals[r.id]} for r in runs]
+    shared = sorted(set.intersection(*(set(v) for v in val_by_run)))
+    aligned = [
+        {"step": step, "runs": [{"train_loss": v[step].train_loss, "val_loss": v[step].val_loss} for v in val_by_run]}
+        for step in shared
+    ]
+    max_val_gap = max_train_gap = None
+    if shared:
+        max_val_gap = max(max(v[s].val_loss for v in val_by_run) - min(v[s].val_loss for v in val_by_run) for s in shared)
+        max_train_gap = max(
+            max(v[s].train_loss for v in val_by_run) - min(v[s].train_loss for v in val_by_run) for s in shared
+        )
+    configs = [shown_config(r.config) | {"device": r.requested_device} for r in runs]
+    keys = sorted(set().union(*configs))
+    differences = {k: [c.get(k) for c in configs] for k in keys if len({repr(c.get(k)) for c in configs}) > 1}
+    return {
+        "runs": summaries,
+        "shared_eval_steps": shared,
+        "aligned": aligned,
+        "max_val_loss_gap": max_val_gap,
+        "max_train_loss_gap": max_train_gap,
+        "config_differences": differences,
+    }
