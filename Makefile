@@ -39,12 +39,12 @@ postgresql:
 
 # The default suite (under 15 minutes on 2 cores): everything but the tests marked slow or gpu.
 test: lint chromium postgresql
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20
 
 # The slow tests: faults (kills, full disk, ...), API fuzzing, load, scale-out, long trainings
 # (about 40 minutes on 2 cores); CI runs them after `make test`.
 test-slow: install chromium postgresql
-	$(PY) -m pytest -q -m "slow and not gpu"
+	$(PY) -m pytest -q -m "slow and not gpu" --durations=20
 
 # Scale-out: 4 workers against 16 queued runs on PostgreSQL (about a minute); CI runs it with `make test-slow`.
 test-scale: install postgresql

@@ -14,7 +14,9 @@ from sqlmodel import func, select
 from app.db import init_db, session_scope
 from app.models import Event, Metric, Run, RunStatus
 from app.settings import Settings
-from tinygpt.train import StepMetrics
+from tinygpt import checkpoint
+from tinygpt.checkpoint import read_checkpoint
+from tinygpt.train import StepMetrics, Trainer
 from worker.cancel import SIGNAL, JobCancelled, cancel_interrupt
 from worker.job import JobCallbacks, Outcome, finish
 
@@ -111,3 +113,36 @@ def test_a_cancel_landing_during_metric_writes_leaves_the_database_usable(instal
                                                                            Event.type == "metric")).one()
         assert (run.status, run.error) == (RunStatus.cancelled, "cancelled by request")
         assert rows[0] > 0 and rows == (run.last_step, run.last_step) and events == rows[0]
+
+
+def test_a_cancel_landing_inside_a_checkpoint_write_waits_until_the_file_is_whole(installed, tmp_path, tiny_config,
+                                                                                  cache_dir, monkeypatch):
+    """A cancel fired while torch.save writes ``best.pt`` lands once the file is written and recorded: the
+    run then ends cancelled, not failed (the interrupt once broke torch's zip writer: "unexpected pos")."""
+    settings = Settings(home=tmp_path / "home")
+    init_db(settings)
+    with session_scope(settings) as s:
+        run = Run(name="cancel-while-saving", config={}, status=RunStatus.running)
+        s.add(run)
+        s.flush()
+        run_id = run.id
+    real_save = checkpoint.torch.save
+    fired = []
+
+    def save_with_a_cancel(obj: object, f: object) -> None:
+        if not fired and str(getattr(f, "name", "")).endswith(".pt.tmp"):  # the first checkpoint, while written
+            cancel_interrupt.fire()
+            fired.append(True)
+            spin(0.05)
+        real_save(obj, f)
+
+    monkeypatch.setattr(checkpoint.torch, "save", save_with_a_cancel)
+    out = tmp_path / "run"
+    trainer = Trainer(tiny_config(steps=40, eval_every=5, eval_batches=2, sample_tokens=0), out,
+                      callbacks=JobCallbacks(run_id, settings), cache_dir=cache_dir)
+    with pytest.raises(JobCancelled):
+        trainer.run()
+    assert fired and sorted(p.name for p in out.glob("*.pt*")) == ["best.pt"]  # whole, no temporary left
+    assert read_checkpoint(out / "best.pt")["train_state"]["step"] == 5
+    with session_scope(settings) as s:
+        assert (s.get(Run, run_id).best_step, s.get(Run, run_id).last_step) == (5, 5)  # recorded before it landed

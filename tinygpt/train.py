@@ -239,6 +239,11 @@ class Callbacks:
         """Polled before each step; True stops the run after saving ``last.pt``."""
         return False
 
+    def writing(self) -> contextlib.AbstractContextManager[None]:
+        """Around each checkpoint's write and its ``on_checkpoint``: a section that nothing may break into
+        half-way (the dashboard's job holds a cancel there until the file is whole and recorded)."""
+        return contextlib.nullcontext()
+
 
 class CallbackList(Callbacks):
     """Several callbacks as one (the CLI's progress bar and its reporter): each is called in turn."""
@@ -272,6 +277,13 @@ class CallbackList(Callbacks):
 
     def should_stop(self) -> bool:
         return any(c.should_stop() for c in self.callbacks)
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for c in self.callbacks:
+                stack.enter_context(c.writing())
+            yield
 
 
 @dataclass
@@ -645,8 +657,9 @@ class Trainer:
         state = self._checkpoint_state()
         if kind == "best" and not self.config.best_with_optimizer:  # weights for sampling; resuming reads last.pt
             state["optimizer"], state["scaler"] = None, None
-        save_checkpoint(path, state)
-        self.cb.on_checkpoint(path, kind)
+        with self.cb.writing():
+            save_checkpoint(path, state)
+            self.cb.on_checkpoint(path, kind)
         return path
 
     def _restore(self, path: Path) -> None:

@@ -24,7 +24,7 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -166,6 +166,10 @@ class JobCallbacks(Callbacks):
             else:
                 run.disk_bytes = run_disk_bytes(run)
                 s.add(run)
+
+    def writing(self) -> AbstractContextManager[None]:
+        # a cancel that lands inside torch.save breaks the file's zip writer, and the run ended `failed`
+        return cancel_interrupt.shielded()
 
     def should_stop(self) -> bool:
         # a cancel also interrupts a step at once (not a distributed run's: its ranks stop together here), but an
