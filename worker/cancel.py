@@ -1,9 +1,10 @@
-"""Cancelling a job at once, without breaking a database write.
+"""Cancelling a job at once, without breaking a database or checkpoint write.
 
 A cancel interrupts the job's main thread wherever it is (mid-step, mid-evaluation), so that
 a long CPU step does not make the user wait; but an interrupt that lands inside a database write
 leaves the connection mid-transaction (on PostgreSQL the pool then hands out a connection
-that refuses every statement, and the job cannot record that it was cancelled). So the
+that refuses every statement, and the job cannot record that it was cancelled); one inside
+``torch.save`` breaks the checkpoint's zip writer (the job's ``Callbacks.writing`` shields it). So the
 interrupt is decided in the main thread itself, by a signal handler: inside a ``shielded()``
 section it is held until the section ends; after ``close()`` it is ignored.
 

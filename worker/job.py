@@ -4,7 +4,7 @@ Runs the ``tinygpt`` training loop for a claimed run (or, for a benchmark run, t
 ``tinygpt.bench`` sweep) and writes what happens to the database as it happens (metrics,
 samples, checkpoints, benchmark cells, status), through the library's callbacks. A watcher
 thread writes the heartbeat, notices a cancel request (and interrupts the step at once, but
-never a database write: see ``worker.cancel``) and exits if the worker that started it is gone.
+never a database or checkpoint write: see ``worker.cancel``) and exits if the worker that started it is gone.
 
 SIGTERM (sent by a worker that is shutting down) stops the job after the current
 step with ``last.pt`` saved, and puts the run back in the queue to resume.
