@@ -9,6 +9,7 @@ from fastapi import Depends, Path, Request
 from sqlmodel import Session
 
 from .db import get_engine
+from .models import MAX_INT64
 from .services.sampling import ModelCache
 from .settings import Settings
 
@@ -36,7 +37,7 @@ SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(app_settings)]
 ModelsDep = Annotated[ModelCache, Depends(app_models)]
 
-#: A run's id in a path: a positive 64-bit integer (anything else is a 422, never a database error).
-RunId = Annotated[int, Path(ge=1, le=2**63 - 1, description="a run's id")]
+#: A run's id in a path: a positive 64-bit integer.
+RunId = Annotated[int, Path(ge=1, le=MAX_INT64, description="a run's id")]
 #: A sweep's id in a path.
-SweepId = Annotated[int, Path(ge=1, le=2**63 - 1, description="a sweep's id")]
+SweepId = Annotated[int, Path(ge=1, le=MAX_INT64, description="a sweep's id")]

@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from ..db import session_scope
 from ..deps import RunId, SweepId
 from ..errors import Invalid, TooManyRequests
-from ..models import FINISHED, SWEEP_ENDED, Event, EventType
+from ..models import FINISHED, MAX_INT64, SWEEP_ENDED, Event, EventType
 from ..services.events import (
     RUN_LIST_TYPES,
     list_events_after,
@@ -34,9 +34,8 @@ from ..settings import Settings
 router = APIRouter(prefix="/api", tags=["events"])
 
 
-MAX_EVENT_ID = 2**63 - 1  # event ids are 64-bit integers in the database
 #: ``after``: the query's form of the cursor (for clients that cannot set ``Last-Event-ID``).
-After = Annotated[int | None, Query(ge=0, le=MAX_EVENT_ID, description="resume after this event id (as "
+After = Annotated[int | None, Query(ge=0, le=MAX_INT64, description="resume after this event id (as "
                                     "`Last-Event-ID`)")]
 
 
@@ -44,8 +43,8 @@ def parse_last_id(header: str | None, query: int | None) -> int:
     """The stream's cursor: ``Last-Event-ID`` (a browser's reconnection), else ``after``; a 422 past 64 bits."""
     if header and header.strip().isdigit():
         value = int(header.strip())
-        if value > MAX_EVENT_ID:
-            raise Invalid(f"Last-Event-ID must be at most {MAX_EVENT_ID}", field="Last-Event-ID")
+        if value > MAX_INT64:
+            raise Invalid(f"Last-Event-ID must be at most {MAX_INT64}", field="Last-Event-ID")
         return value
     return query or 0
 
@@ -191,7 +190,7 @@ def gap_finder(settings: Settings, run_id: int, history: int) -> Callable[[int],
 @router.get("/runs/{run_id}/events")
 async def run_events(
     run_id: RunId, request: Request, last_event_id: Annotated[str | None, Header(max_length=100)] = None, after: After = None,
-    history: Annotated[int, Query(ge=0, le=2**63 - 1, description="the `last_event_id` of the metrics history the client holds "
+    history: Annotated[int, Query(ge=0, le=MAX_INT64, description="the `last_event_id` of the metrics history the client holds "
                                   "(`GET /api/runs/{id}/metrics?format=columns`): no metric event up to it is sent")] = 0,
 ) -> EventSourceResponse:
     """``status``, ``metric``, ``sample``, ``log`` (...) events of one run, then ``end`` when it has finished.

@@ -26,6 +26,7 @@ from ..db import session_scope
 from ..deps import ModelsDep, RunId, SessionDep, SettingsDep
 from ..errors import Invalid
 from ..models import (
+    MAX_INT64,
     MetricColumns,
     MetricPublic,
     RunCreate,
@@ -66,7 +67,7 @@ async def list_runs(
     group: Annotated[str | None, Query(max_length=50)] = None,
     worker: Annotated[str | None, Query(max_length=200, description="a worker's name or host")] = None,
     stalled: Annotated[bool, Query(description="only runs that are stalled (running, no step for too long)")] = False,
-    offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_INT64)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> RunsPage:
     return svc.list_runs(session, status=status, device=device, tag=tag, group=group, worker=worker, stalled=stalled,

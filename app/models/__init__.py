@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .alerts import Alert, DeliveryState, WebhookDelivery
 from .benchmarks import BenchmarkCellPublic, BenchmarkCreate, BenchmarkPublic, BenchmarkResult
-from .common import InputModel, as_utc, utcnow
+from .common import MAX_INT64, InputModel, as_utc, utcnow
 from .datasets import Dataset, DatasetPublic
 from .events import Event, EventType
 from .metrics import (
@@ -76,6 +76,7 @@ from .sweeps import (
 from .workers import WorkerRecord
 
 __all__ = [
+    "MAX_INT64",
     "utcnow",
     "as_utc",
     "InputModel",

@@ -15,6 +15,10 @@ from sqlmodel import SQLModel
 
 from tinygpt.options import unknown_name_message
 
+#: The largest id, cursor or offset a request may name: the database's integers are 64-bit (beyond: a 422,
+#: never a database error).
+MAX_INT64 = 2**63 - 1
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)

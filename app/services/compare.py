@@ -8,7 +8,7 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from ..errors import Invalid
-from ..models import Metric, MetricPublic, Run, RunPublic
+from ..models import MAX_INT64, Metric, MetricPublic, Run, RunPublic
 from ..redaction import shown_config
 from .metric_history import run_rate
 from .runs import get_run
@@ -51,7 +51,7 @@ def compare_runs(session: Session, *, ids: list[int]) -> dict:
         raise Invalid("give at least two run ids to compare", field="ids")
     if len(ids) > MAX_COMPARED_RUNS:
         raise Invalid(f"compare at most {MAX_COMPARED_RUNS} runs at once (got {len(ids)})", field="ids")
-    if not all(1 <= i < 2**63 for i in ids):
+    if not all(1 <= i <= MAX_INT64 for i in ids):
         raise Invalid("run ids must be positive 64-bit integers", field="ids")
     runs = [get_run(session, run_id=i) for i in ids]
     evals = {r.id: evaluation_rows(session, run_id=r.id) for r in runs}

@@ -13,7 +13,7 @@ from sqlmodel import Session, col, select
 
 from ..db import session_scope
 from ..errors import Invalid
-from ..models import Metric
+from ..models import MAX_INT64, Metric
 from ..settings import Settings
 from .runs import get_run
 
@@ -33,7 +33,7 @@ def parse_run_ids(values: list[str]) -> list[int]:
         raise Invalid("ids must be comma-separated run ids", field="ids") from None
     if not ids:
         raise Invalid("give at least one run id", field="ids")
-    if not all(1 <= i < 2**63 for i in ids):
+    if not all(1 <= i <= MAX_INT64 for i in ids):
         raise Invalid("run ids must be positive 64-bit integers", field="ids")
     ids = list(dict.fromkeys(ids))
     if len(ids) > MAX_RUNS:
