@@ -3,7 +3,7 @@
 The library's own commands (train, sample, ...) come from :mod:`tinygpt.cli`; this
 module only adds the ones that need the app and the worker.
 
-Stopping: from the first moment of ``serve``, ``app`` and ``worker`` (before torch is even
+Stopping: from the first moment of ``serve``, ``app`` and ``worker`` (before the app's modules are even
 imported), SIGTERM and Ctrl-C ask for an orderly stop (:data:`STOP`). uvicorn and the worker loop
 take the signals over while they run and hand them back; each command then exits 0 after its
 own shutdown: the app closes its streams, the worker has its jobs checkpoint and re-queue their runs.
@@ -79,7 +79,7 @@ def run_app(args: argparse.Namespace) -> int:
 
 
 def run_worker_command(args: argparse.Namespace) -> int:
-    from tinygpt.device import check_device_name
+    from tinygpt.device_names import check_device_name
     from worker.main import run_worker
     from worker.registry import WorkerNameInUse
 
@@ -139,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = [w for w in (sys.argv[1:] if argv is None else argv) if not w.startswith("-")]
     if words and words[0] in SERVICE_COMMANDS:
         stop_on_signals()
-    from tinygpt.cli import main as tinygpt_main  # imports torch: after the signal handlers
+    from tinygpt.cli import main as tinygpt_main  # after the signal handlers
 
     from .settings import SettingsError, get_settings
 

@@ -16,8 +16,9 @@ import time
 import torch
 
 from tinygpt.presets import model_config
+from tinygpt.run_config import TrainConfig
 from tinygpt.tokenizer import Tokenizer
-from tinygpt.train import TrainConfig, Trainer
+from tinygpt.train import Trainer
 
 from .common import machine, median
 from .plain_loop import make_plain_step

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tinygpt.data import Splits, encode_corpus, load_or_train_tokenizer
+from tinygpt.corpus import load_or_train_tokenizer
+from tinygpt.data import Splits, encode_corpus
+from tinygpt.run_config import TrainConfig
 from tinygpt.tokenizer import Tokenizer
-from tinygpt.train import TrainConfig
 
 from .browser import browser, page  # noqa: F401 (fixtures for the page tests: Chromium)
 
@@ -81,7 +82,8 @@ def splits(slice_tokens: torch.Tensor) -> Splits:
 def checkpoint_file(path: Path, tokenizer: dict, **sizes: object) -> Path:
     """A small but real checkpoint (a 1-layer model over ``tokenizer``), written as the trainer writes them."""
     from tinygpt.checkpoint import save_checkpoint
-    from tinygpt.model import GPT, GPTConfig
+    from tinygpt.config import GPTConfig
+    from tinygpt.model import GPT
 
     config = GPTConfig(**{"vocab_size": 512, "context": 16, "d_model": 16, "n_heads": 2, "n_layers": 1, **sizes})
     torch.manual_seed(0)

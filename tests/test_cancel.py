@@ -16,7 +16,8 @@ from app.models import Event, Metric, Run, RunStatus
 from app.settings import Settings
 from tinygpt import checkpoint
 from tinygpt.checkpoint import read_checkpoint
-from tinygpt.train import StepMetrics, Trainer
+from tinygpt.records import StepMetrics
+from tinygpt.train import Trainer
 from worker.cancel import SIGNAL, JobCancelled, cancel_interrupt
 from worker.job import JobCallbacks, Outcome, finish
 

@@ -14,7 +14,7 @@ from app.settings import Settings
 from app.sweep_submit import submit_remote
 from tinygpt.dashboard_client import DashboardUnreachable
 from tinygpt.report import Journal, run_meta, sync_run
-from tinygpt.train import TrainConfig
+from tinygpt.run_config import TrainConfig
 
 from .webhook_receiver import Receiver
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tinygpt.distributed import DistInfo, shard, torchrun_command
-from tinygpt.train import read_metrics_csv
+from tinygpt.records import read_metrics_csv
 
 
 def train_args(corpus, out) -> list[str]:

@@ -12,8 +12,9 @@ from tinygpt import device as dev
 from tinygpt.bench import SweepConfig, sweep
 from tinygpt.model import GPT
 from tinygpt.presets import model_config
+from tinygpt.records import read_metrics_csv
 from tinygpt.sample import generate
-from tinygpt.train import Trainer, read_metrics_csv
+from tinygpt.train import Trainer
 
 pytestmark = [
     pytest.mark.gpu,

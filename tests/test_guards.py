@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from tinygpt.checkpoint import read_checkpoint
-from tinygpt.train import Callbacks, NonFiniteLoss, OverfitWatch, Trainer, check_finite
+from tinygpt.records import Callbacks, OverfitWatch
+from tinygpt.train import NonFiniteLoss, Trainer, check_finite
 
 
 class PoisonAt(Callbacks):

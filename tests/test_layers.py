@@ -1,10 +1,12 @@
 """The floors hold: ``tinygpt`` imports neither ``app`` nor ``worker``, ``app`` never imports ``worker``, and no
 module imports another that imports it back (imports inside functions included: a circle hidden in a
-function is still a circle)."""
+function is still a circle). And the processes that do not train start without torch."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,3 +67,33 @@ def test_no_import_circle():
                     seen.add(nxt)
                     stack.append((nxt, [*path, nxt]))
     assert cycles == []
+
+
+WITHOUT_TORCH = """
+import sys
+from fastapi.testclient import TestClient
+import app.cli, tinygpt.cli, worker.main
+from app.main import create_app
+from app.settings import Settings
+
+app.cli.extra_commands()
+settings = Settings(home=sys.argv[1], holmes_path=sys.argv[2])
+with TestClient(create_app(settings), base_url="http://127.0.0.1") as client:
+    for page in ("/", "/partials/runs", "/compare", "/api/runs", "/api/options", "/api/presets"):
+        assert client.get(page).status_code == 200, page
+    run = {"preset": "tiny", "device": "cpu", "steps": 5, "batch_size": 4}
+    assert client.post("/api/runs", json=run).status_code == 201
+    assert client.post("/api/runs", json={**run, "device": "cuda:x"}).status_code == 422
+print("torch" in sys.modules)
+"""
+
+
+def test_the_app_the_worker_loop_and_the_command_start_without_torch(tmp_path, slice_path):
+    """Importing torch costs a process about 2 s of CPU (more on a busy machine): the dashboard's app, its worker
+    loop and the `tinygpt` command import it only to train, sample, load a checkpoint or probe a backend other
+    than the CPU (the forms' device lists). A fresh interpreter: pages without a form, the options, a CPU run's
+creation, then whether torch came in."""
+    done = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, str(tmp_path / "home"), str(slice_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "False"

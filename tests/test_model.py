@@ -3,8 +3,9 @@ import math
 import pytest
 import torch
 
+from tinygpt.config import GPTConfig
 from tinygpt.info import untrained_loss
-from tinygpt.model import GPT, GPTConfig, KVCache, Linear, apply_rope, rope_tables
+from tinygpt.model import GPT, KVCache, Linear, apply_rope, rope_tables
 from tinygpt.presets import ARCHS, PRESETS, list_presets, model_config, parameter_count
 
 ARCH_NAMES = list(ARCHS)
@@ -36,6 +37,17 @@ def test_cpu_preset_sizes(arch):
     assert 400_000 <= parameter_count("tiny", arch) <= 650_000
     assert 2_400_000 <= parameter_count("student", arch) <= 2_800_000
     assert parameter_count("student", arch) < parameter_count("small", arch) < parameter_count("holmes", arch)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("switches", [{}, {"bias": False, "attn_bias": True}, {"norm": "rmsnorm", "bias": True},
+                                      {"mlp": "swiglu", "pos": "learned", "bias": True}])
+def test_counted_parameters_are_the_built_models(preset, arch, switches):
+    config = model_config(preset, arch, **switches)
+    with torch.device("meta"):
+        built = GPT(config)
+    assert config.num_params == built.num_params()
 
 
 def test_presets_listed_with_counts():

@@ -1,4 +1,4 @@
-"""The run options, declared once (tinygpt/train.py, tinygpt/options.py) and read by every layer: for
+"""The run options, declared once (tinygpt/run_config.py, tinygpt/options.py) and read by every layer: for
 every option, the library, `tinygpt train` and the API accept its default and an in-range value and
 refuse an out-of-range one with the same message, naming it."""
 
@@ -14,7 +14,9 @@ from torch.nn import functional as F
 from app.models import TRAINING_OPTIONS, RunCreate
 from tinygpt.cli import build_parser
 from tinygpt.options import Option, markdown_table
-from tinygpt.train import OPTIONS, TrainConfig, read_metrics_csv, train, training_loss
+from tinygpt.records import read_metrics_csv
+from tinygpt.run_config import OPTIONS, TrainConfig
+from tinygpt.train import train, training_loss
 
 from .service_helpers import ROOT
 

@@ -14,7 +14,7 @@ import torch
 
 from tinygpt.device import cpu_name, cpu_prefers_bf16
 from tinygpt.presets import model_size
-from tinygpt.train import TrainConfig
+from tinygpt.run_config import TrainConfig
 
 from .browser import fill_run_form, needs_chromium, shot
 from .service_helpers import TINY, AppServer, Home, Worker, read_events, wait_for
@@ -435,7 +435,7 @@ def test_redoc_renders_offline(site, page):
 def test_the_form_has_an_input_per_option_and_shows_each_refusal_next_to_it(site, page):
     """Every option of the declaration has its input; a bad value in each comes back with the library's
     message beside its field (one submission: the server reports every field at once)."""
-    from tinygpt.train import OPTIONS
+    from tinygpt.run_config import OPTIONS
 
     from .test_options import REFUSABLE, bad_message, bad_value
 

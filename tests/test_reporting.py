@@ -23,7 +23,7 @@ import torch
 from tinygpt.checkpoint import save_checkpoint
 from tinygpt.model import GPT
 from tinygpt.presets import model_config
-from tinygpt.train import read_metrics_csv
+from tinygpt.records import read_metrics_csv
 
 from .service_helpers import (
     ROOT,

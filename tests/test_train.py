@@ -5,19 +5,13 @@ import pytest
 import torch
 
 from tinygpt.checkpoint import load_model, read_checkpoint
-from tinygpt.data import CorpusError, Splits, get_batch, read_corpus
+from tinygpt.corpus import CorpusError, read_corpus
+from tinygpt.data import Splits, get_batch
 from tinygpt.model import GPT
 from tinygpt.presets import model_config
-from tinygpt.train import (
-    METRIC_COLUMNS,
-    Callbacks,
-    TrainConfig,
-    Trainer,
-    lr_at,
-    make_optimizer,
-    read_metrics_csv,
-    train,
-)
+from tinygpt.records import METRIC_COLUMNS, Callbacks, read_metrics_csv
+from tinygpt.run_config import TrainConfig
+from tinygpt.train import Trainer, lr_at, make_optimizer, train
 
 
 class Recorder(Callbacks):

@@ -21,9 +21,11 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from . import device as dev
+from .device_names import check_device_name, check_precision_name
 from .model import GPT
 from .presets import model_config
-from .train import TrainConfig, make_optimizer, train_step
+from .run_config import TrainConfig
+from .train import make_optimizer, train_step
 
 CELL_FIELDS = ["precision", "batch_size", "threads", "tokens_per_sec", "ms_per_step", "peak_mem_mib", "oom"]
 
@@ -58,12 +60,12 @@ class SweepConfig:
 
     def validate(self) -> SweepConfig:
         model_config(self.preset, self.arch)  # raises for an unknown preset or arch
-        dev.check_device_name(self.device)
+        check_device_name(self.device)
         for name, values in (("batch_sizes", self.batch_sizes), ("threads", self.threads or [1])):
             if not values or any(v < 1 for v in values):
                 raise ValueError(f"{name} must be positive integers, got {values}")
         for p in self.precisions or []:
-            dev.check_precision_name(p)
+            check_precision_name(p)
         if self.steps < 1 or self.warmup < 0:
             raise ValueError(f"steps must be >= 1 and warmup >= 0, got {self.steps} and {self.warmup}")
         return self

@@ -18,14 +18,12 @@ from pathlib import Path
 
 import torch
 
-from .model import GPT, GPTConfig, check_model_sizes
+from .config import GPTConfig, check_model_sizes
+from .errors import CheckpointError
+from .model import GPT
 from .tokenizer import Tokenizer
 
 CHECKPOINT_VERSION = 1
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file that is missing, corrupt or of another version."""
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
@@ -98,7 +96,7 @@ def verify_checkpoint(path: str | Path) -> dict:
 def checked_parts(state: dict, path: Path) -> tuple[GPTConfig, Tokenizer]:
     """A checkpoint's model config and tokenizer, each bounded before it is built (a forged file could ask
     for any size): tensors and plain data only (``weights_only``, read before); model sizes within the run
-    options' bounds (:data:`~tinygpt.model.SIZE_BOUNDS`); weights whose names and shapes are that model's
+    options' bounds (:data:`~tinygpt.config.SIZE_BOUNDS`); weights whose names and shapes are that model's
     (checked on the ``meta`` device, which allocates nothing); a tokenizer whose merges and tokens are
     bounded (:data:`~tinygpt.tokenizer.MAX_TOKEN_BYTES`) with no more ids than the model's vocabulary.
     CheckpointError naming what is wrong otherwise."""

@@ -25,17 +25,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import CheckpointError
+from .corpus import CorpusError
 from .dashboard_client import DashboardError
-from .data import CorpusError
+from .errors import CheckpointError
 from .gutenberg import GUTENBERG_URL, DownloadError
 from .options import Option
 from .paths import Paths
 from .presets import ARCHS, PRESETS, UnknownPresetError
 from .report import CHECKPOINT_MODES, Reporter
+from .run_config import TrainConfig
 from .run_import import RunImportError, read_config_arg, train_options
 from .tokenizer import TokenizerError
-from .train import TrainConfig
 
 EXPECTED_ERRORS = (ValueError, CorpusError, TokenizerError, CheckpointError, DownloadError, UnknownPresetError, OSError,
                    DashboardError, RunImportError)
@@ -123,9 +123,9 @@ def option_help(spec: Option) -> str:
 
 
 def add_option_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per run option (:data:`tinygpt.train.OPTIONS`), in the declaration's groups."""
+    """One flag per run option (:data:`tinygpt.run_config.OPTIONS`), in the declaration's groups."""
     from .options import GROUPS
-    from .train import OPTIONS
+    from .run_config import OPTIONS
 
     groups = {name: parser.add_argument_group(f"{name} options") for name in GROUPS}
     for spec in OPTIONS.values():
@@ -159,7 +159,7 @@ def build_parser(extra: Sequence[ExtraCommand] = ()) -> argparse.ArgumentParser:
     t.add_argument("--out", required=True, type=Path)
 
     p = sub.add_parser("train", help="train a model", description="Train a model. The run options below are the "
-                       "dashboard's too (tinygpt/train.py declares each once).")
+                       "dashboard's too (tinygpt/run_config.py declares each once).")
     add_option_flags(p)
     p.add_argument("--config", help="run options as a JSON file (the API's body, or a run folder's config.json) "
                    "or '{...}'; the flags given win; an unknown option is refused")
@@ -246,7 +246,7 @@ def cmd_info(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_tokenizer_train(args: argparse.Namespace, paths: Paths) -> int:
-    from .data import read_corpus
+    from .corpus import read_corpus
     from .tokenizer import Tokenizer
 
     if not 256 <= args.vocab_size <= 65536:
@@ -266,7 +266,9 @@ def cmd_train(args: argparse.Namespace, paths: Paths) -> int:
     from . import distributed
     from .distributed import dist_info
     from .progress import ProgressCallbacks
-    from .train import OPTIONS, CallbackList, NonFiniteLoss, Trainer
+    from .records import CallbackList
+    from .run_config import OPTIONS
+    from .train import NonFiniteLoss, Trainer
 
     corpus = args.corpus or paths.holmes_corpus()
     from_file = train_options(read_config_arg(args.config)) if args.config else {}

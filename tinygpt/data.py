@@ -1,64 +1,22 @@
-"""Corpus to token tensor, the train/validation split, and batches.
+"""Corpus to token tensor, the train/validation split, and batches (the text side: :mod:`tinygpt.corpus`).
 
 The last 10% of the tokens is validation and is never trained on. Batches are
 random windows of ``context`` tokens drawn from a CPU generator and then moved to
 the device, so the same seed gives the same batches on every device.
 
-Tokenizers and encoded corpora are cached under a directory the caller names
-(the CLI and the worker pass ``$TINYGPT_HOME/cache``), keyed by content hashes.
+Encoded corpora are cached under a directory the caller names (the CLI and the
+worker pass ``$TINYGPT_HOME/cache``), keyed by content hashes.
 """
 
 from __future__ import annotations
 
-import hashlib
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from .corpus import VAL_FRACTION, check_splits_fit, sha256_text
 from .tokenizer import Tokenizer
-
-log = logging.getLogger(__name__)
-
-VAL_FRACTION = 0.1
-
-
-class CorpusError(ValueError):
-    """A corpus file that is missing, empty, not UTF-8 or too short for the context."""
-
-
-def read_corpus(path: str | Path) -> str:
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise CorpusError(f"corpus file not found: {path}") from None
-    except IsADirectoryError:
-        raise CorpusError(f"corpus path is a directory, not a text file: {path}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CorpusError(f"corpus {path} is not UTF-8 text (bad byte at offset {exc.start})") from None
-    if not text.strip():
-        raise CorpusError(f"corpus {path} is empty")
-    return text
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def load_or_train_tokenizer(text: str, vocab_size: int, cache_dir: Path | None) -> Tokenizer:
-    """The corpus' tokenizer of that size, from the cache or trained now (and cached)."""
-    path = cache_dir / "tokenizers" / f"{sha256_text(text)[:16]}-{vocab_size}.json" if cache_dir else None
-    if path is not None and path.exists():
-        return Tokenizer.load(path)
-    log.info("training a %d-token tokenizer on %d characters", vocab_size, len(text))
-    tok = Tokenizer.train(text, vocab_size)
-    if path is not None:
-        tok.save(path)
-    return tok
 
 
 def encode_corpus(text: str, tokenizer: Tokenizer, cache_dir: Path | None) -> torch.Tensor:
@@ -85,16 +43,6 @@ class Splits:
         check_splits_fit(len(tokens), context)
         n_val = int(len(tokens) * VAL_FRACTION)
         return cls(tokens[: len(tokens) - n_val].long(), tokens[len(tokens) - n_val :].long())
-
-
-def check_splits_fit(n_tokens: int, context: int) -> None:
-    """Raise CorpusError unless both splits of ``n_tokens`` hold one window of ``context`` + 1."""
-    n_val = int(n_tokens * VAL_FRACTION)
-    if n_val <= context + 1 or n_tokens - n_val <= context + 1:
-        raise CorpusError(
-            f"corpus is too short: {n_tokens} tokens leave {n_val} for validation, "
-            f"fewer than one window of context {context} + 1"
-        )
 
 
 def get_batch(

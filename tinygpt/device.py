@@ -22,15 +22,13 @@ import sys
 import time
 from functools import cache
 from pathlib import Path
-from typing import Literal
 
 import torch
 
+from .device_names import Precision, check_device_name, check_precision_name
+
 log = logging.getLogger(__name__)
 
-DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps", "xla")  # plus "cuda:N"
-PRECISION_CHOICES = ("auto", "fp32", "bf16", "fp16")
-Precision = Literal["fp32", "bf16", "fp16"]
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -44,16 +42,6 @@ def xla_available() -> bool:
 
 def mps_available() -> bool:
     return bool(getattr(torch.backends, "mps", None)) and torch.backends.mps.is_available()
-
-
-def check_device_name(name: str) -> str:
-    """Normalise a device name or raise ValueError naming the allowed forms."""
-    name = name.strip().lower()
-    if name in DEVICE_CHOICES:
-        return name
-    if name.startswith("cuda:") and name[5:].isdigit():
-        return name
-    raise ValueError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N, mps or xla")
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -149,12 +137,6 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def check_precision_name(name: str) -> str:
-    if name not in PRECISION_CHOICES:
-        raise ValueError(f"unknown precision {name!r}; use {', '.join(PRECISION_CHOICES)}")
-    return name
 
 
 def resolve_precision(name: str, device: torch.device) -> Precision:

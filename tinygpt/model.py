@@ -1,4 +1,4 @@
-"""The GPT: one :class:`GPTConfig` drives everything.
+"""The GPT: one :class:`~tinygpt.config.GPTConfig` drives everything.
 
 Pre-norm transformer blocks, tied input/output embedding, causal attention through
 ``F.scaled_dot_product_attention``. Architecture switches:
@@ -15,81 +15,13 @@ Generation with a KV cache goes through :meth:`GPT.forward` with ``cache`` and
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint as activation_checkpoint
 
-PosKind = Literal["rope", "learned"]
-NormKind = Literal["layernorm", "rmsnorm"]
-MlpKind = Literal["gelu", "swiglu"]
-
-
-#: The sizes a model may have: the run options' bounds (``tinygpt/train.py``), and what a checkpoint may
-#: ask for before anything is built from it (:func:`check_model_sizes`).
-SIZE_BOUNDS: dict[str, tuple[int, int]] = {"vocab_size": (256, 65536), "context": (8, 8192), "d_model": (8, 4096),
-                                           "n_heads": (1, 64), "n_layers": (1, 64)}
-
-
-@dataclass(frozen=True)
-class GPTConfig:
-    vocab_size: int = 4096
-    context: int = 256
-    d_model: int = 256
-    n_heads: int = 4
-    n_layers: int = 6
-    dropout: float = 0.1
-    pos: PosKind = "rope"
-    norm: NormKind = "layernorm"
-    mlp: MlpKind = "gelu"
-    bias: bool = True
-    attn_bias: bool = False
-    rope_base: float = 10000.0
-
-    def __post_init__(self) -> None:
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
-        if self.pos == "rope" and (self.d_model // self.n_heads) % 2:
-            raise ValueError(f"pos 'rope' needs an even head dimension: d_model ({self.d_model}) / n_heads "
-                             f"({self.n_heads}) = {self.d_model // self.n_heads}")
-        for name, allowed in (("pos", ("rope", "learned")), ("norm", ("layernorm", "rmsnorm")), ("mlp", ("gelu", "swiglu"))):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-    @property
-    def mlp_hidden(self) -> int:
-        if self.mlp == "gelu":
-            return 4 * self.d_model
-        return 64 * math.ceil(8 * self.d_model / 3 / 64)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> GPTConfig:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-
-def check_model_sizes(config: GPTConfig) -> None:
-    """ValueError naming the first size outside :data:`SIZE_BOUNDS` (a forged config asking for any size).
-
-    >>> check_model_sizes(GPTConfig(d_model=8192, n_heads=8))
-    Traceback (most recent call last):
-    ...
-    ValueError: d_model must be in [8, 4096], got 8192
-    """
-    for name, (low, high) in SIZE_BOUNDS.items():
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ValueError(f"{name} must be in [{low}, {high}], got {value!r}")
+from .config import GPTConfig
 
 
 class Linear(nn.Linear):

@@ -1,5 +1,5 @@
 """Run options as data: each training option's type, default, range or choices, unit, help, group and
-whether it is advanced, declared once (on :class:`tinygpt.train.TrainConfig`'s fields, through
+whether it is advanced, declared once (on :class:`tinygpt.run_config.TrainConfig`'s fields, through
 :func:`option`) and read from here by every layer: the config's own check, the ``tinygpt train``
 flags, the dashboard's API model and form, and the README's table.
 
@@ -195,6 +195,6 @@ def markdown_table(options: dict[str, Option]) -> str:
 
 
 if __name__ == "__main__":
-    from .train import OPTIONS
+    from .run_config import OPTIONS
 
     print(markdown_table(OPTIONS))

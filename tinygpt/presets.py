@@ -9,9 +9,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 
-from .model import GPT, GPTConfig
+from .config import GPTConfig
 
 #: Architecture switches. ``series`` is the tiny-GPT series' mix (RoPE with LayerNorm and GELU,
 #: biases in the MLP and norms but not in attention); ``classic`` is GPT-2 style; ``modern`` is
@@ -82,23 +81,14 @@ def model_config(preset: str, arch: str | None = None, **overrides: object) -> G
     return GPTConfig(**{**p.size, **ARCHS[arch], **overrides})
 
 
-@cache
 def parameter_count(preset: str, arch: str | None = None) -> int:
-    """Parameters of a preset (built on the meta device: no memory, no time)."""
-    return meta_params(model_config(preset, arch))
+    """Parameters of a preset in an architecture (counted: :attr:`GPTConfig.num_params`)."""
+    return model_config(preset, arch).num_params
 
 
 def model_size(config: GPTConfig, batch_size: int) -> dict:
-    """Parameters (built on the meta device: no memory, no time) and the fp32 training memory in MiB
-    (:func:`training_memory`): what the new-run form shows."""
-    return {"params": meta_params(config), "memory_mib": round(training_memory(config, batch_size) / 2**20, 1)}
-
-
-def meta_params(config: GPTConfig) -> int:
-    import torch
-
-    with torch.device("meta"):
-        return GPT(config).num_params()
+    """Parameters and the fp32 training memory in MiB (:func:`training_memory`): what the new-run form shows."""
+    return {"params": config.num_params, "memory_mib": round(training_memory(config, batch_size) / 2**20, 1)}
 
 
 def training_memory(config: GPTConfig, batch_size: int, *, precision: str = "fp32", grad_checkpointing: bool = False,
@@ -121,7 +111,7 @@ def training_memory(config: GPTConfig, batch_size: int, *, precision: str = "fp3
     activations = tokens * (kept + 12 * config.vocab_size)
     if precision != "fp32":  # bf16/fp16 autocast (or "auto", which may pick one): about 0.64x (the H200 sweep)
         activations = activations * 16 // 25
-    return 16 * meta_params(config) + activations
+    return 16 * config.num_params + activations
 
 
 def list_presets() -> list[dict]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tqdm import tqdm  # the library proper never imports this module: only the CLI does
 
-from .train import Callbacks, Sample, StepMetrics
+from .records import Callbacks, Sample, StepMetrics
 
 
 class ProgressCallbacks(Callbacks):

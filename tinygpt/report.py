@@ -29,7 +29,8 @@ from .dashboard_client import (
     DashboardUnreachable,
     TokenRefused,
 )
-from .train import Callbacks, Sample, StepMetrics, TrainConfig
+from .records import Callbacks, Sample, StepMetrics
+from .run_config import TrainConfig
 
 BATCH_ITEMS = 500  # lines per request: ~100 KB, well under the dashboard's request cap
 POLL_SEC = 1.0  # an idle sender asks the dashboard this often (heartbeat; a cancel is seen within it)

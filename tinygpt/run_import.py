@@ -7,8 +7,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from .model import GPT
-from .train import TrainConfig, read_metrics_csv
+from .records import read_metrics_csv
+from .run_config import TrainConfig
 
 
 class RunImportError(ValueError):
@@ -78,7 +78,7 @@ def import_payload(path: Path, *, config_arg: str | None = None, device_name: st
         "device": resolved.get("device") or config.device,
         "device_info": {"name": device_name} if device_name else {},
         "precision": resolved.get("precision") or config.precision,
-        "params": resolved.get("params") or GPT(config.model_config()).num_params(),
+        "params": resolved.get("params") or config.model_config().num_params,
         "config": {**{k: v for k, v in config.to_dict().items() if k not in ("corpus", "device")},
                    "dataset": resolved["dataset"]},
         "status": "succeeded" if finished else "cancelled",

@@ -39,7 +39,7 @@ Pair = tuple[int, int]
 #: Holmes tokenizer's 4,096: 16); merges of a token with itself double its length at each step, so a forged
 #: list of 40 merges would ask for a terabyte. Checked before a token is built.
 MAX_TOKEN_BYTES = 1024
-MAX_MERGES = 65536 - 256  # the largest vocabulary (tinygpt.model.SIZE_BOUNDS) less the byte ids
+MAX_MERGES = 65536 - 256  # the largest vocabulary (tinygpt.config.SIZE_BOUNDS) less the byte ids
 
 
 class TokenizerError(ValueError):

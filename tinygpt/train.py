@@ -24,15 +24,13 @@ same way as ``val_loss`` so that their difference (the overfitting gap) is fair.
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import logging
 import math
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import get_args
 
 import torch
 from torch import nn
@@ -42,297 +40,17 @@ from torch.nn.parallel import DistributedDataParallel
 from . import device as dev
 from . import distributed
 from .checkpoint import read_checkpoint, save_checkpoint
-from .data import Splits, encode_corpus, get_batch, load_or_train_tokenizer, read_corpus
+from .config import GPTConfig
+from .corpus import load_or_train_tokenizer, read_corpus
+from .data import Splits, encode_corpus, get_batch
 from .distributed import DistInfo, rank_device
-from .model import GPT, SIZE_BOUNDS, GPTConfig, MlpKind, NormKind, PosKind
-from .options import option, options_of, unknown_name_message
-from .presets import ARCHS, PRESETS, model_config, training_memory
+from .model import GPT
+from .records import Callbacks, MetricsCsv, Sample, StepMetrics
+from .run_config import TrainConfig
 from .sample import sample_text
 from .tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
-
-
-def size_bounds(name: str) -> dict[str, int]:
-    """A model size option's range: the model's own :data:`~tinygpt.model.SIZE_BOUNDS`."""
-    low, high = SIZE_BOUNDS[name]
-    return {"ge": low, "le": high}
-
-
-@dataclass
-class TrainConfig:
-    """Everything that defines a training run, each option declared once (:mod:`tinygpt.options`):
-    its default, range or choices, help and group. :data:`OPTIONS` reads them back for every layer."""
-
-    # model
-    preset: str = option("holmes", "model size and suggested schedule", "model", choices=tuple(PRESETS))
-    arch: str | None = option(None, "architecture: positions, norm and MLP", "model",
-                              choices=tuple(ARCHS), none="the preset's")
-    vocab_size: int | None = option(None, "vocabulary (and tokenizer) size", "model", **size_bounds("vocab_size"),
-                                    unit="tokens", none="the preset's", advanced=True)
-    dropout: float | None = option(None, "dropout probability", "model", ge=0, lt=1, none="the preset's",
-                                   advanced=True)
-    d_model: int | None = option(None, "width of the residual stream", "model", **size_bounds("d_model"), none="the preset's",
-                                 advanced=True)
-    n_layers: int | None = option(None, "transformer blocks", "model", **size_bounds("n_layers"), none="the preset's",
-                                  advanced=True)
-    n_heads: int | None = option(None, "attention heads (must divide d_model)", "model", **size_bounds("n_heads"),
-                                 none="the preset's", advanced=True)
-    context: int | None = option(None, "tokens the model sees at once", "model", **size_bounds("context"), unit="tokens",
-                                 none="the preset's", advanced=True)
-    pos: str | None = option(None, "positions", "model", choices=get_args(PosKind), none="the architecture's",
-                             advanced=True)
-    norm: str | None = option(None, "normalisation", "model", choices=get_args(NormKind),
-                              none="the architecture's", advanced=True)
-    mlp: str | None = option(None, "feed-forward block", "model", choices=get_args(MlpKind),
-                             none="the architecture's", advanced=True)
-    # data and device
-    corpus: str = ""  # a file: the command line's --corpus, the dashboard's dataset
-    device: str = option("auto", "auto, cpu, cuda, cuda:N, mps or xla", "data and device")
-    precision: str = option("auto", "number format (auto: bf16 where it is faster, else fp32; fp16 on old GPUs)",
-                            "data and device", choices=dev.PRECISION_CHOICES)
-    seed: int = option(1337, "initialisation and batches: the same on every device", "data and device", ge=0,
-                       le=2**63 - 1)
-    threads: int | None = option(None, "CPU threads", "data and device", ge=0, le=1024, none="PyTorch's default",
-                                 advanced=True)
-    compile: bool = option(False, "torch.compile the model", "data and device", advanced=True)
-    grad_checkpointing: bool = option(False, "recompute activations in the backward pass (less memory)",
-                                      "data and device", advanced=True)
-    # optimisation
-    batch_size: int = option(32, "sequences per step", "optimisation", ge=1, le=4096, unit="sequences")
-    lr: float = option(1e-3, "peak learning rate (AdamW)", "optimisation", gt=0, le=1)
-    weight_decay: float = option(0.1, "AdamW weight decay on 2-D weights", "optimisation", ge=0, le=1,
-                                 advanced=True)
-    grad_clip: float = option(1.0, "gradient-norm clip", "optimisation", ge=0, le=1000, advanced=True)
-    grad_accum: int = option(1, "micro-batches per step (gradient accumulation)", "optimisation", ge=1, le=1024,
-                             advanced=True)
-    label_smoothing: float = option(0.0, "label smoothing of the training loss", "optimisation", ge=0, lt=1,
-                                    advanced=True)
-    # schedule
-    steps: int = option(1500, "optimizer steps", "schedule", ge=1, le=10_000_000, unit="steps")
-    warmup: int | None = option(None, "linear warmup", "schedule", ge=0, le=10_000_000, unit="steps",
-                                none="min(200, steps / 10)", advanced=True)
-    min_lr_ratio: float = option(0.1, "cosine decay's floor, as a fraction of the peak", "schedule", ge=0, le=1,
-                                 advanced=True)
-    # evaluation and samples
-    eval_every: int = option(250, "evaluate (and checkpoint) every", "evaluation and samples", ge=1,
-                             le=10_000_000, unit="steps")
-    eval_batches: int = option(20, "batches per split in an evaluation", "evaluation and samples", ge=1, le=1000,
-                               advanced=True)
-    early_stop_patience: int = option(0, "stop after this many evaluations without an improvement of "
-                                      "early_stop_min_delta in validation loss (0: never)", "evaluation and samples",
-                                      ge=0, le=10_000, unit="evaluations", advanced=True)
-    early_stop_min_delta: float = option(0.0, "the fall in validation loss that counts as an improvement",
-                                         "evaluation and samples", ge=0, le=100, advanced=True)
-    best_with_optimizer: bool = option(False, "keep the optimizer state in best.pt too, to continue training "
-                                       "from it (triples its size)", "evaluation and samples", advanced=True)
-    log_every: int | None = option(None, "log the training loss every", "evaluation and samples", ge=1,
-                                   le=10_000_000, unit="steps", none="min(10, eval_every)", advanced=True)
-    sample_prompt: str = option("Holmes", "prompt of the samples taken while training", "evaluation and samples",
-                                max_length=1000)
-    sample_every: int | None = option(None, "sample every (0: only at the start, middle and end)",
-                                      "evaluation and samples", ge=0, le=10_000_000, unit="steps",
-                                      none="every evaluation", advanced=True)
-    sample_tokens: int = option(40, "length of each sample", "evaluation and samples", ge=0, le=2000,
-                                unit="tokens", advanced=True)
-    sample_temperature: float = option(0.8, "temperature of the samples", "evaluation and samples", ge=0, le=10,
-                                       advanced=True)
-
-    def validate(self) -> TrainConfig:
-        """Raise ValueError naming the first option out of range (the messages of :mod:`tinygpt.options`)."""
-        for name, spec in OPTIONS.items():
-            setattr(self, name, spec.check(getattr(self, name)))
-        dev.check_device_name(self.device)
-        self.model_config()  # a preset and arch that make a model
-        return self
-
-    def model_config(self) -> GPTConfig:
-        """The preset in its architecture, with the model options that are set overriding it (ValueError
-        naming both fields for sizes that do not fit together)."""
-        overrides = {name: getattr(self, name) for name in MODEL_OVERRIDES if getattr(self, name) is not None}
-        return model_config(self.preset, self.arch, **overrides)
-
-    def warmup_steps(self) -> int:
-        return self.warmup if self.warmup is not None else min(200, self.steps // 10)
-
-    def log_interval(self) -> int:
-        return self.log_every or min(10, self.eval_every)
-
-    def sample_interval(self) -> int:
-        """0: samples only at step 0, mid-run and at the end."""
-        return self.eval_every if self.sample_every is None else self.sample_every
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> TrainConfig:
-        """A config from stored options (a run's, or config.json's): unknown keys are refused, missing
-        ones take their defaults, values are checked."""
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(data) - set(known))
-        if unknown:  # e.g. "unknown training option 'learning_rate': did you mean 'lr'?"
-            raise ValueError("; ".join(unknown_name_message(name, known, "training option") for name in unknown))
-        return cls(**data).validate()
-
-    def memory_estimate(self, processes: int = 1) -> int:
-        """The least memory one of ``processes`` training processes needs, in bytes
-        (:func:`tinygpt.presets.training_memory` of this run's model, batch, precision and checkpointing)."""
-        return training_memory(self.model_config(), self.batch_size, precision=self.precision,
-                               grad_checkpointing=self.grad_checkpointing, processes=processes)
-
-
-#: The options that override the preset's model (``GPTConfig`` fields of the same name).
-MODEL_OVERRIDES = ("vocab_size", "dropout", "d_model", "n_layers", "n_heads", "context", "pos", "norm", "mlp")
-
-#: Every run option, in declaration order: name -> :class:`tinygpt.options.Option`.
-OPTIONS = options_of(TrainConfig)
-
-
-@dataclass
-class StepMetrics:
-    """One row of ``metrics.csv``."""
-
-    step: int
-    train_loss: float
-    val_loss: float | None
-    lr: float
-    tokens_per_sec: float
-    elapsed_sec: float
-    tokens_seen: int
-    epochs: float
-    peak_mem_mib: float
-
-
-METRIC_COLUMNS = [f.name for f in fields(StepMetrics)]
-
-
-@dataclass
-class Sample:
-    step: int
-    prompt: str
-    text: str
-
-
-class Callbacks:
-    """Override what you need; every method is a no-op by default."""
-
-    def on_start(self, info: dict) -> None:
-        """Once, with the resolved device, precision, parameter count and start step."""
-
-    def on_step(self, metrics: StepMetrics) -> None:
-        """Every logged step (every ``log_every`` steps and at evaluations)."""
-
-    def on_eval(self, metrics: StepMetrics) -> None:
-        """At each evaluation, after ``on_step`` for the same row."""
-
-    def on_sample(self, sample: Sample) -> None:
-        """Each sample taken during training."""
-
-    def on_checkpoint(self, path: Path, kind: str) -> None:
-        """After ``best.pt`` (kind ``best``) or ``last.pt`` (kind ``last``) is written."""
-
-    def on_progress(self, step: int) -> None:
-        """After every optimizer step (keep it cheap: no I/O); ``step`` steps are done."""
-
-    def should_stop(self) -> bool:
-        """Polled before each step; True stops the run after saving ``last.pt``."""
-        return False
-
-    def writing(self) -> contextlib.AbstractContextManager[None]:
-        """Around each checkpoint's write and its ``on_checkpoint``: a section that nothing may break into
-        half-way (the dashboard's job holds a cancel there until the file is whole and recorded)."""
-        return contextlib.nullcontext()
-
-
-class CallbackList(Callbacks):
-    """Several callbacks as one (the CLI's progress bar and its reporter): each is called in turn."""
-
-    def __init__(self, *callbacks: Callbacks) -> None:
-        self.callbacks = callbacks
-
-    def on_start(self, info: dict) -> None:
-        for c in self.callbacks:
-            c.on_start(info)
-
-    def on_step(self, metrics: StepMetrics) -> None:
-        for c in self.callbacks:
-            c.on_step(metrics)
-
-    def on_eval(self, metrics: StepMetrics) -> None:
-        for c in self.callbacks:
-            c.on_eval(metrics)
-
-    def on_sample(self, sample: Sample) -> None:
-        for c in self.callbacks:
-            c.on_sample(sample)
-
-    def on_checkpoint(self, path: Path, kind: str) -> None:
-        for c in self.callbacks:
-            c.on_checkpoint(path, kind)
-
-    def on_progress(self, step: int) -> None:
-        for c in self.callbacks:
-            c.on_progress(step)
-
-    def should_stop(self) -> bool:
-        return any(c.should_stop() for c in self.callbacks)
-
-    @contextlib.contextmanager
-    def writing(self) -> Iterator[None]:
-        with contextlib.ExitStack() as stack:
-            for c in self.callbacks:
-                stack.enter_context(c.writing())
-            yield
-
-
-@dataclass
-class OverfitWatch:
-    """Overfitting, the one rule (the dashboard's banner, its alert, its event): the validation loss above its
-    best at ``evals`` evaluations in a row. ``update`` says True once, when that first happens.
-
-    >>> watch = OverfitWatch.over([(0, 5.0), (250, 4.0), (500, 4.1), (750, 4.2)])
-    >>> watch.verdict()
-    {'best_step': 250, 'best_val_loss': 4.0, 'since': 500}
-    >>> watch.message()
-    'overfitting since step 500: validation loss above its best (4.0000 at step 250) for 2 evaluations; the best checkpoint is kept'
-    """
-
-    evals: int = 2
-    best: float | None = None
-    best_step: int | None = None
-    above: int = 0
-    since: int | None = None  # the first evaluation above the best
-
-    @classmethod
-    def over(cls, evaluations: Iterable[tuple[int, float]]) -> OverfitWatch:
-        """The watch after these (step, validation loss) evaluations, in step order."""
-        watch = cls()
-        for step, val_loss in evaluations:
-            watch.update(step, val_loss)
-        return watch
-
-    def update(self, step: int, val_loss: float) -> bool:
-        if self.best is None or val_loss <= self.best:
-            self.best, self.best_step, self.above, self.since = val_loss, step, 0, None
-            return False
-        self.above += 1
-        self.since = self.since or step
-        return self.above == self.evals
-
-    @property
-    def overfitting(self) -> bool:
-        return self.above >= self.evals
-
-    def verdict(self) -> dict:
-        """What the run page draws: the best evaluation, and since when it overfits (None: it does not)."""
-        return {"best_step": self.best_step, "best_val_loss": self.best,
-                "since": self.since if self.overfitting else None}
-
-    def message(self) -> str:
-        """The overfitting alert's words."""
-        return (f"overfitting since step {self.since}: validation loss above its best ({self.best:.4f} at step "
-                f"{self.best_step}) for {self.evals} evaluations; the best checkpoint is kept")
 
 
 class NonFiniteLoss(RuntimeError):
@@ -483,45 +201,6 @@ def estimate_loss(
         out[name] = float(total) / config.eval_batches
     model.train(was_training)
     return out
-
-
-class MetricsCsv:
-    """``metrics.csv`` in the run folder; on resume, rows after the resume step are dropped."""
-
-    def __init__(self, path: Path, resume_step: int | None) -> None:
-        self.path = path
-        rows: list[dict] = []
-        if resume_step is not None and path.exists():
-            with open(path, newline="") as f:
-                rows = [r for r in csv.DictReader(f) if int(r["step"]) <= resume_step]
-        with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
-
-    def append(self, m: StepMetrics) -> None:
-        with open(self.path, "a", newline="") as f:
-            row = asdict(m)
-            row["val_loss"] = "" if m.val_loss is None else m.val_loss
-            csv.DictWriter(f, fieldnames=METRIC_COLUMNS).writerow(row)
-
-
-def read_metrics_csv(path: str | Path) -> list[StepMetrics]:
-    with open(path, newline="") as f:
-        return [
-            StepMetrics(
-                step=int(r["step"]),
-                train_loss=float(r["train_loss"]),
-                val_loss=float(r["val_loss"]) if r["val_loss"] else None,
-                lr=float(r["lr"]),
-                tokens_per_sec=float(r["tokens_per_sec"]),
-                elapsed_sec=float(r["elapsed_sec"]),
-                tokens_seen=int(r["tokens_seen"]),
-                epochs=float(r["epochs"]),
-                peak_mem_mib=float(r["peak_mem_mib"]),
-            )
-            for r in csv.DictReader(f)
-        ]
 
 
 @dataclass

@@ -49,16 +49,10 @@ from tinygpt.bench import Cell, SweepConfig, plan, sweep
 from tinygpt.device import describe_device, is_out_of_memory, resolve_device
 from tinygpt.distributed import DistInfo, dist_info, torchrun_command
 from tinygpt.gutenberg import download_holmes
-from tinygpt.train import (
-    OPTIONS,
-    Callbacks,
-    NonFiniteLoss,
-    StepMetrics,
-    TrainConfig,
-    Trainer,
-    warm_up,
-)
-from tinygpt.train import Sample as TrainSample
+from tinygpt.records import Callbacks, StepMetrics
+from tinygpt.records import Sample as TrainSample
+from tinygpt.run_config import OPTIONS, TrainConfig
+from tinygpt.train import NonFiniteLoss, Trainer, warm_up
 
 from .cancel import JobCancelled, cancel_interrupt
 from .parent import end_with_parent
@@ -225,7 +219,7 @@ def failure_message(exc: BaseException, run: Run) -> str:
 
 
 def train_config(run: Run, corpus: Path) -> TrainConfig:
-    """The run's stored options are the declaration's own (``tinygpt.train.OPTIONS``): read back with a
+    """The run's stored options are the declaration's own (``tinygpt.run_config.OPTIONS``): read back with a
     check; the corpus file and the claimed device are the worker's."""
     options = {name: value for name, value in run.config.items() if name in OPTIONS}
     return TrainConfig.from_dict({**options, "corpus": str(corpus), "device": run.device or "auto"})

@@ -30,7 +30,6 @@ from app.services.lifecycle import change_status
 from app.services.sweeps import settle_running_sweeps, settle_sweep
 from app.settings import Settings, get_settings
 from app.stop_signals import set_on_signals
-from tinygpt.device import resolve_device
 
 from . import registry
 from .notifier import Notifier
@@ -43,6 +42,10 @@ SHUTDOWN_GRACE_SEC = 120
 
 
 def default_devices() -> list[str]:
+    """This machine's best device, when the worker is given none (the only time the worker imports torch: its jobs
+    are processes of their own)."""
+    from tinygpt.device import resolve_device
+
     device = resolve_device("auto")
     return [f"cuda:{device.index or 0}" if device.type == "cuda" else device.type]
 

@@ -9,7 +9,7 @@ from sqlalchemy import text
 
 from tinygpt.options import Option
 from tinygpt.presets import list_presets, model_size
-from tinygpt.train import MODEL_OVERRIDES, OPTIONS, TrainConfig
+from tinygpt.run_config import MODEL_OVERRIDES, OPTIONS, TrainConfig
 
 from ..deps import SessionDep, SettingsDep
 from ..errors import Invalid

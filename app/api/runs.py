@@ -17,11 +17,6 @@ from fastapi.responses import FileResponse, StreamingResponse
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
-from tinygpt.checkpoint import CheckpointError
-from tinygpt.model import GPT
-from tinygpt.sample import nearest_tokens
-from tinygpt.tokenizer import Tokenizer
-
 from ..db import session_scope
 from ..deps import ModelsDep, RunId, SessionDep, SettingsDep
 from ..errors import Invalid
@@ -45,7 +40,7 @@ from ..services.metric_history import (
     stream_rows_csv,
     stream_rows_json,
 )
-from ..services.sampling import ModelCache, SampleRequest, stream_sample
+from ..services.sampling import SampleRequest, neighbours, stream_sample
 from ..settings import Settings
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
@@ -142,22 +137,13 @@ def best_checkpoint(run_id: int, settings: Settings) -> Path:
         return svc.checkpoint_file(session, run_id=run_id, settings=settings)
 
 
-def load_for_request(path: Path, models: ModelCache) -> tuple[GPT, Tokenizer]:
-    """The checkpoint's model for a request: a damaged or forged file is a 422, not a 500."""
-    try:
-        return models.get(path)
-    except CheckpointError as exc:  # named by its file name: where the server keeps it is its own business
-        raise Invalid(f"the run's checkpoint cannot be loaded: {str(exc).replace(str(path), path.name)}",
-                      field="run_id") from None
-
-
 @router.post("/{run_id}/sample")
 async def sample(run_id: RunId, body: SampleRequest, settings: SettingsDep, models: ModelsDep) -> EventSourceResponse:
     """Stream generated text as ``token`` events ({"text": piece}), then one ``end`` event with the whole text."""
     if body.max_tokens > settings.sample_max_tokens:
         raise Invalid(f"max_tokens must be at most {settings.sample_max_tokens}", field="max_tokens")
     path = await run_in_threadpool(best_checkpoint, run_id, settings)
-    model, tokenizer = await run_in_threadpool(load_for_request, path, models)  # 429 before the stream starts
+    model, tokenizer = await run_in_threadpool(models.get, path)  # 429 or 422 before the stream starts
 
     async def events():  # noqa: ANN202
         pieces = []
@@ -180,9 +166,5 @@ async def get_neighbours(
     k: Annotated[int, Query(ge=1, le=100)] = 10,
 ) -> list[dict]:
     path = await run_in_threadpool(best_checkpoint, run_id, settings)
-    model, tokenizer = await run_in_threadpool(load_for_request, path, models)
-    try:
-        pairs = await run_in_threadpool(nearest_tokens, model, tokenizer, word, k)
-    except ValueError as exc:
-        raise Invalid(str(exc), field="word") from None
-    return [{"token": t, "similarity": s} for t, s in pairs]
+    model, tokenizer = await run_in_threadpool(models.get, path)
+    return await run_in_threadpool(neighbours, model, tokenizer, word, k)

@@ -7,8 +7,8 @@ from pydantic import (
 )
 from sqlmodel import Field, SQLModel
 
-from tinygpt.device import check_device_name, check_precision_name
-from tinygpt.train import OPTIONS
+from tinygpt.device_names import check_device_name, check_precision_name
+from tinygpt.run_config import OPTIONS
 
 from .common import InputModel
 from .runs import RunPublic

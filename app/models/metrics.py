@@ -12,8 +12,8 @@ from pydantic import (
 from sqlalchemy import BigInteger, Index, Text, text
 from sqlmodel import Field, SQLModel
 
-from tinygpt.train import Sample as TrainSample
-from tinygpt.train import StepMetrics
+from tinygpt.records import Sample as TrainSample
+from tinygpt.records import StepMetrics
 
 from .common import utcnow
 
@@ -71,7 +71,7 @@ class MetricColumns(SQLModel):
     rows: int = Field(description="rows in the step range (before thinning)")
     downsampled: bool
     last_event_id: int = Field(description="the run's newest event when this was read: stream from there")
-    overfit: dict = Field(description="its overfitting verdict then (tinygpt.train.OverfitWatch): best_step, "
+    overfit: dict = Field(description="its overfitting verdict then (tinygpt.records.OverfitWatch): best_step, "
                           "best_val_loss, since (the first evaluation above the best; null: not overfitting)")
     columns: dict[str, list[float | int | None]]
 

@@ -15,7 +15,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from sqlmodel import Field, SQLModel
 
-from tinygpt.device import check_device_name, check_precision_name
+from tinygpt.device_names import check_device_name, check_precision_name
 
 from .alerts import Alert
 from .common import InputModel

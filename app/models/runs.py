@@ -18,9 +18,9 @@ from pydantic_core import PydanticCustomError
 from sqlalchemy import JSON, BigInteger, Column, Index, Text
 from sqlmodel import Field, SQLModel
 
-from tinygpt.device import check_device_name
+from tinygpt.device_names import check_device_name
 from tinygpt.options import Option
-from tinygpt.train import OPTIONS, TrainConfig
+from tinygpt.run_config import OPTIONS, TrainConfig
 
 from ..redaction import shown_config
 from ..settings import WebhookUrl
@@ -89,7 +89,7 @@ def option_field(spec: Option) -> tuple[Any, Any]:
                                                          schema_extra={"json_schema_extra": schema})
 
 
-#: The run options of the API, one field per option of the library's declaration (tinygpt/train.py),
+#: The run options of the API, one field per option of the library's declaration (tinygpt/run_config.py),
 #: less the two the dashboard decides (the corpus is a dataset; the device is the worker's slot).
 TRAINING_OPTIONS = {name: spec for name, spec in OPTIONS.items() if name != "device"}
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sqlalchemy import delete as sa_delete
 from sqlmodel import Session, col, select
-
-from tinygpt.bench import Cell
 
 from ..errors import NotFound
 from ..models import (
@@ -23,6 +23,9 @@ from ..settings import Settings
 from .devices import check_device_available, check_threads
 from .events import record_event
 from .lifecycle import new_run
+
+if TYPE_CHECKING:
+    from tinygpt.bench import Cell  # recorded here, measured by the job: the app never imports torch for it
 
 
 def create_benchmark(session: Session, *, body: BenchmarkCreate, settings: Settings) -> Run:

@@ -13,7 +13,7 @@ from typing import Protocol
 from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
 
-from tinygpt.data import CorpusError, check_splits_fit
+from tinygpt.corpus import CorpusError, check_splits_fit
 
 from ..errors import Invalid, NotFound, TooLarge
 from ..models import Dataset

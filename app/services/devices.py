@@ -1,12 +1,13 @@
 """This machine's devices and what a run may ask of them: device availability, processes and threads, and
-memory (a run that cannot fit is refused before it is queued)."""
+memory (a run that cannot fit is refused before it is queued).
+
+The CPU needs no probe; the other backends are probed through torch on first need (the form's device list, a
+run asking for ``auto``, ``cuda``, ``mps`` or ``xla``), so that the app starts without importing it."""
 
 from __future__ import annotations
 
 import os
 from functools import lru_cache
-
-from tinygpt.device import available_devices
 
 from ..errors import Invalid
 from ..models import RunCreate, library_config
@@ -16,10 +17,12 @@ from ..settings import Settings
 @lru_cache
 def machine_devices() -> tuple[dict, ...]:
     """This machine's devices (probed once per process: cheap after the first call)."""
+    from tinygpt.device import available_devices  # torch: on first need (module docstring)
+
     return tuple(available_devices())
 
 def check_device_available(name: str) -> None:
-    if name == "auto":
+    if name in ("auto", "cpu"):
         return
     devices = {d["device"]: d for d in machine_devices()}
     if name in devices and devices[name]["available"]:
@@ -57,7 +60,7 @@ def memory_limit_mib(device: str, settings: Settings) -> tuple[float | None, str
     run's processes) or one GPU's (CUDA: a process each); None where unknown (MPS, XLA)."""
     if settings.job_memory_mb is not None:
         return settings.job_memory_mb, f"TINYGPT_JOB_MEMORY_MB ({settings.job_memory_mb} MB a process)", False
-    devices = {d["device"]: d for d in machine_devices()}
+    devices = {} if device == "cpu" else {d["device"]: d for d in machine_devices()}
     if device in ("auto", "cuda"):
         device = next((name for name in devices if name.startswith("cuda:")), "cpu")
     if device == "cpu":
@@ -68,7 +71,7 @@ def memory_limit_mib(device: str, settings: Settings) -> tuple[float | None, str
 
 def check_memory_fits(body: RunCreate, devices: list[str], settings: Settings) -> None:
     """Refuse a run that cannot fit the device it asks for (without a job memory cap it would take the
-    machine down), naming the estimate (``tinygpt.train.TrainConfig.memory_estimate``, a lower bound)."""
+    machine down), naming the estimate (``tinygpt.run_config.TrainConfig.memory_estimate``, a lower bound)."""
     per_process = library_config(body).memory_estimate(body.gpus) / 2**20 + TORCH_OVERHEAD_MIB
     for device in devices:
         limit, what, shared = memory_limit_mib(device, settings)

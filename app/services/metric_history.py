@@ -21,7 +21,7 @@ from functools import lru_cache
 from sqlalchemy import BigInteger, Integer, bindparam, cast, func, literal, union_all
 from sqlmodel import Session, col, select
 
-from tinygpt.train import OverfitWatch
+from tinygpt.records import OverfitWatch
 
 from ..db import session_scope
 from ..models import Metric, MetricBlock, MetricPublic, Run, RunStatus
@@ -268,7 +268,7 @@ def finite_or_null(value: object) -> object:
 
 # -- overfitting ------------------------------------------------------------------------------------
 def overfit_watch(session: Session, *, run_id: int) -> OverfitWatch:
-    """The one overfitting rule (``tinygpt.train.OverfitWatch``) over the run's evaluations so far (their own
+    """The one overfitting rule (``tinygpt.records.OverfitWatch``) over the run's evaluations so far (their own
     index: no scan of the other rows)."""
     evaluations = session.exec(select(Metric.step, Metric.val_loss).where(
         Metric.run_id == run_id, col(Metric.val_loss).is_not(None)).order_by(col(Metric.step), col(Metric.id))).all()

@@ -11,8 +11,6 @@ from pathlib import Path
 from sqlalchemy import insert
 from sqlmodel import Session, select
 
-from tinygpt.checkpoint import CheckpointError, verify_checkpoint
-
 from ..errors import Conflict, Invalid
 from ..models import (
     EventType,
@@ -116,6 +114,11 @@ def apply_item(session: Session, run: Run, item: ReportItem, settings: Settings)
 def accept_checkpoint(session: Session, *, run_id: int, upload: Path, seq: int | None, settings: Settings) -> ReportAck:
     """An uploaded file becomes the run's best checkpoint once it proves to be one (``verify_checkpoint``:
     never unpickled beyond tensors and plain data, the model checked without being built); commits."""
+    from tinygpt.checkpoint import (  # torch: on the first upload, not at start
+        CheckpointError,
+        verify_checkpoint,
+    )
+
     run = get_run(session, run_id=run_id)
     if run.origin == RunOrigin.dashboard:
         raise Conflict(f"run {run_id} is trained by this dashboard's workers; its checkpoints are its own")

@@ -40,7 +40,7 @@ def record_start(session: Session, run: Run, info: dict) -> None:
 
 
 def record_metric(session: Session, run: Run, row: dict, *, settings: Settings) -> None:
-    """One metrics row (the fields of ``tinygpt.train.StepMetrics``), counted in its blocks, and its event (which
+    """One metrics row (the fields of ``tinygpt.records.StepMetrics``), counted in its blocks, and its event (which
     leaves the outbox after ``TINYGPT_EVENT_WINDOW_SEC``: app/services/outbox.py). An evaluation row also
     brings the run's overfitting verdict (an ``overfit`` event), and the overfitting alert the first time the
     verdict says so."""

@@ -5,6 +5,9 @@ process; loaded models are kept in a small cache keyed by checkpoint path and mt
 the costly part that a request can ask for again and again (readers too, with
 ``TINYGPT_PUBLIC_SAMPLING``): one load at a time, at most ``TINYGPT_MODEL_LOADS_PER_MINUTE`` a minute
 (429 past it), each through the library's bounded checks (``tinygpt.checkpoint.checked_parts``).
+
+The library's torch modules are imported on the first load, not with the app: the dashboard starts and
+answers without torch until someone asks a model for text (tests/test_layers.py).
 """
 
 from __future__ import annotations
@@ -16,16 +19,17 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from tinygpt.checkpoint import load_model
-from tinygpt.model import GPT
-from tinygpt.sample import stream_text
 from tinygpt.tokenizer import Tokenizer
 
-from ..errors import TooManyRequests
+from ..errors import Invalid, TooManyRequests
 from ..models import InputModel
+
+if TYPE_CHECKING:
+    from tinygpt.model import GPT
 
 CACHE_SIZE = 2  # models kept loaded
 LOAD_WINDOW_SEC = 60.0
@@ -52,8 +56,8 @@ class ModelCache:
         self.loading = threading.Lock()
 
     def get(self, path: Path) -> tuple[GPT, Tokenizer]:
-        """The checkpoint's model: from the cache, or loaded (429 past the minute's budget; CheckpointError
-        for a file that is not a bounded, loadable checkpoint)."""
+        """The checkpoint's model: from the cache, or loaded (429 past the minute's budget; 422 for a file that
+        is not a bounded, loadable checkpoint)."""
         key = (str(path), path.stat().st_mtime)
         if (hit := self.cached(key)) is not None:
             return hit
@@ -61,7 +65,7 @@ class ModelCache:
             if (hit := self.cached(key)) is not None:  # loaded by the request we waited for
                 return hit
             self.take_budget()
-            model, tokenizer, _ = load_model(path, "cpu")
+            model, tokenizer = load_checked(path)
         with self.lock:
             self.models[key] = (model, tokenizer)
             while len(self.models) > CACHE_SIZE:
@@ -86,11 +90,37 @@ class ModelCache:
         self.loads.append(now)
 
 
+def load_checked(path: Path) -> tuple[GPT, Tokenizer]:
+    """The checkpoint's model on the CPU; a damaged or forged file is a 422 naming it by its file name (where
+    the server keeps it is its own business), not a 500."""
+    from tinygpt.checkpoint import CheckpointError, load_model  # torch: on the first load (module docstring)
+
+    try:
+        model, tokenizer, _ = load_model(path, "cpu")
+    except CheckpointError as exc:
+        raise Invalid(f"the run's checkpoint cannot be loaded: {str(exc).replace(str(path), path.name)}",
+                      field="run_id") from None
+    return model, tokenizer
+
+
+def neighbours(model: GPT, tokenizer: Tokenizer, word: str, k: int) -> list[dict]:
+    """The ``k`` tokens whose embeddings are nearest ``word``'s (a 422 naming ``word`` when it is not one token)."""
+    from tinygpt.sample import nearest_tokens  # torch: loaded with the model already
+
+    try:
+        pairs = nearest_tokens(model, tokenizer, word, k)
+    except ValueError as exc:
+        raise Invalid(str(exc), field="word") from None
+    return [{"token": t, "similarity": s} for t, s in pairs]
+
+
 _generation = threading.Semaphore(1)
 
 
 async def stream_sample(model: GPT, tokenizer: Tokenizer, req: SampleRequest) -> AsyncIterator[str]:
     """Yield text pieces as the model produces them (generation runs in a thread)."""
+    from tinygpt.sample import stream_text  # torch: loaded with the model already
+
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[str | BaseException | None] = asyncio.Queue()
     stop = threading.Event()

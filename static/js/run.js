@@ -69,7 +69,7 @@ function setupRunPage() {
     }
   }
 
-  function showOverfit(verdict) { // the server's verdict (tinygpt.train.OverfitWatch): drawn, never re-decided here
+  function showOverfit(verdict) { // the server's verdict (tinygpt.records.OverfitWatch): drawn, never re-decided here
     state.overfit = verdict;
     const banner = $("banner");
     banner.hidden = !(verdict && verdict.since != null);

@@ -1,0 +1,198 @@
+"""What a run records: its metric rows (``metrics.csv``), its samples, the overfitting verdict over its
+evaluations, and :class:`Callbacks`, through which a caller of the training loop receives them (the CLI prints
+them, the dashboard's job stores them, the reporter sends them). No torch here: the dashboard stores and judges
+these without importing it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+
+@dataclass
+class StepMetrics:
+    """One row of ``metrics.csv``."""
+
+    step: int
+    train_loss: float
+    val_loss: float | None
+    lr: float
+    tokens_per_sec: float
+    elapsed_sec: float
+    tokens_seen: int
+    epochs: float
+    peak_mem_mib: float
+
+
+METRIC_COLUMNS = [f.name for f in fields(StepMetrics)]
+
+
+@dataclass
+class Sample:
+    step: int
+    prompt: str
+    text: str
+
+
+class Callbacks:
+    """Override what you need; every method is a no-op by default."""
+
+    def on_start(self, info: dict) -> None:
+        """Once, with the resolved device, precision, parameter count and start step."""
+
+    def on_step(self, metrics: StepMetrics) -> None:
+        """Every logged step (every ``log_every`` steps and at evaluations)."""
+
+    def on_eval(self, metrics: StepMetrics) -> None:
+        """At each evaluation, after ``on_step`` for the same row."""
+
+    def on_sample(self, sample: Sample) -> None:
+        """Each sample taken during training."""
+
+    def on_checkpoint(self, path: Path, kind: str) -> None:
+        """After ``best.pt`` (kind ``best``) or ``last.pt`` (kind ``last``) is written."""
+
+    def on_progress(self, step: int) -> None:
+        """After every optimizer step (keep it cheap: no I/O); ``step`` steps are done."""
+
+    def should_stop(self) -> bool:
+        """Polled before each step; True stops the run after saving ``last.pt``."""
+        return False
+
+    def writing(self) -> contextlib.AbstractContextManager[None]:
+        """Around each checkpoint's write and its ``on_checkpoint``: a section that nothing may break into
+        half-way (the dashboard's job holds a cancel there until the file is whole and recorded)."""
+        return contextlib.nullcontext()
+
+
+class CallbackList(Callbacks):
+    """Several callbacks as one (the CLI's progress bar and its reporter): each is called in turn."""
+
+    def __init__(self, *callbacks: Callbacks) -> None:
+        self.callbacks = callbacks
+
+    def on_start(self, info: dict) -> None:
+        for c in self.callbacks:
+            c.on_start(info)
+
+    def on_step(self, metrics: StepMetrics) -> None:
+        for c in self.callbacks:
+            c.on_step(metrics)
+
+    def on_eval(self, metrics: StepMetrics) -> None:
+        for c in self.callbacks:
+            c.on_eval(metrics)
+
+    def on_sample(self, sample: Sample) -> None:
+        for c in self.callbacks:
+            c.on_sample(sample)
+
+    def on_checkpoint(self, path: Path, kind: str) -> None:
+        for c in self.callbacks:
+            c.on_checkpoint(path, kind)
+
+    def on_progress(self, step: int) -> None:
+        for c in self.callbacks:
+            c.on_progress(step)
+
+    def should_stop(self) -> bool:
+        return any(c.should_stop() for c in self.callbacks)
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for c in self.callbacks:
+                stack.enter_context(c.writing())
+            yield
+
+
+@dataclass
+class OverfitWatch:
+    """Overfitting, the one rule (the dashboard's banner, its alert, its event): the validation loss above its
+    best at ``evals`` evaluations in a row. ``update`` says True once, when that first happens.
+
+    >>> watch = OverfitWatch.over([(0, 5.0), (250, 4.0), (500, 4.1), (750, 4.2)])
+    >>> watch.verdict()
+    {'best_step': 250, 'best_val_loss': 4.0, 'since': 500}
+    >>> watch.message()
+    'overfitting since step 500: validation loss above its best (4.0000 at step 250) for 2 evaluations; the best checkpoint is kept'
+    """
+
+    evals: int = 2
+    best: float | None = None
+    best_step: int | None = None
+    above: int = 0
+    since: int | None = None  # the first evaluation above the best
+
+    @classmethod
+    def over(cls, evaluations: Iterable[tuple[int, float]]) -> OverfitWatch:
+        """The watch after these (step, validation loss) evaluations, in step order."""
+        watch = cls()
+        for step, val_loss in evaluations:
+            watch.update(step, val_loss)
+        return watch
+
+    def update(self, step: int, val_loss: float) -> bool:
+        if self.best is None or val_loss <= self.best:
+            self.best, self.best_step, self.above, self.since = val_loss, step, 0, None
+            return False
+        self.above += 1
+        self.since = self.since or step
+        return self.above == self.evals
+
+    @property
+    def overfitting(self) -> bool:
+        return self.above >= self.evals
+
+    def verdict(self) -> dict:
+        """What the run page draws: the best evaluation, and since when it overfits (None: it does not)."""
+        return {"best_step": self.best_step, "best_val_loss": self.best,
+                "since": self.since if self.overfitting else None}
+
+    def message(self) -> str:
+        """The overfitting alert's words."""
+        return (f"overfitting since step {self.since}: validation loss above its best ({self.best:.4f} at step "
+                f"{self.best_step}) for {self.evals} evaluations; the best checkpoint is kept")
+
+
+class MetricsCsv:
+    """``metrics.csv`` in the run folder; on resume, rows after the resume step are dropped."""
+
+    def __init__(self, path: Path, resume_step: int | None) -> None:
+        self.path = path
+        rows: list[dict] = []
+        if resume_step is not None and path.exists():
+            with open(path, newline="") as f:
+                rows = [r for r in csv.DictReader(f) if int(r["step"]) <= resume_step]
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    def append(self, m: StepMetrics) -> None:
+        with open(self.path, "a", newline="") as f:
+            row = asdict(m)
+            row["val_loss"] = "" if m.val_loss is None else m.val_loss
+            csv.DictWriter(f, fieldnames=METRIC_COLUMNS).writerow(row)
+
+
+def read_metrics_csv(path: str | Path) -> list[StepMetrics]:
+    with open(path, newline="") as f:
+        return [
+            StepMetrics(
+                step=int(r["step"]),
+                train_loss=float(r["train_loss"]),
+                val_loss=float(r["val_loss"]) if r["val_loss"] else None,
+                lr=float(r["lr"]),
+                tokens_per_sec=float(r["tokens_per_sec"]),
+                elapsed_sec=float(r["elapsed_sec"]),
+                tokens_seen=int(r["tokens_seen"]),
+                epochs=float(r["epochs"]),
+                peak_mem_mib=float(r["peak_mem_mib"]),
+            )
+            for r in csv.DictReader(f)
+        ]

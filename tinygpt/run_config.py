@@ -1,0 +1,157 @@
+"""The run options: :class:`TrainConfig`, every option declared once (default, range or choices, help,
+group), and :data:`OPTIONS`, what the command line, the dashboard's form and API, sweeps and the checks of
+every layer read back. No torch here: the dashboard validates runs without importing it.
+
+>>> TrainConfig(preset="tiny", steps=20).validate().model_config().d_model
+64
+>>> TrainConfig(lr=2).validate()
+Traceback (most recent call last):
+...
+ValueError: lr must be in (0, 1], got 2.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import get_args
+
+from .config import SIZE_BOUNDS, GPTConfig, MlpKind, NormKind, PosKind
+from .device_names import PRECISION_CHOICES, check_device_name
+from .options import option, options_of, unknown_name_message
+from .presets import ARCHS, PRESETS, model_config, training_memory
+
+
+def size_bounds(name: str) -> dict[str, int]:
+    """A model size option's range: the model's own :data:`~tinygpt.config.SIZE_BOUNDS`."""
+    low, high = SIZE_BOUNDS[name]
+    return {"ge": low, "le": high}
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run, each option declared once (:mod:`tinygpt.options`):
+    its default, range or choices, help and group. :data:`OPTIONS` reads them back for every layer."""
+
+    # model
+    preset: str = option("holmes", "model size and suggested schedule", "model", choices=tuple(PRESETS))
+    arch: str | None = option(None, "architecture: positions, norm and MLP", "model",
+                              choices=tuple(ARCHS), none="the preset's")
+    vocab_size: int | None = option(None, "vocabulary (and tokenizer) size", "model", **size_bounds("vocab_size"),
+                                    unit="tokens", none="the preset's", advanced=True)
+    dropout: float | None = option(None, "dropout probability", "model", ge=0, lt=1, none="the preset's",
+                                   advanced=True)
+    d_model: int | None = option(None, "width of the residual stream", "model", **size_bounds("d_model"), none="the preset's",
+                                 advanced=True)
+    n_layers: int | None = option(None, "transformer blocks", "model", **size_bounds("n_layers"), none="the preset's",
+                                  advanced=True)
+    n_heads: int | None = option(None, "attention heads (must divide d_model)", "model", **size_bounds("n_heads"),
+                                 none="the preset's", advanced=True)
+    context: int | None = option(None, "tokens the model sees at once", "model", **size_bounds("context"), unit="tokens",
+                                 none="the preset's", advanced=True)
+    pos: str | None = option(None, "positions", "model", choices=get_args(PosKind), none="the architecture's",
+                             advanced=True)
+    norm: str | None = option(None, "normalisation", "model", choices=get_args(NormKind),
+                              none="the architecture's", advanced=True)
+    mlp: str | None = option(None, "feed-forward block", "model", choices=get_args(MlpKind),
+                             none="the architecture's", advanced=True)
+    # data and device
+    corpus: str = ""  # a file: the command line's --corpus, the dashboard's dataset
+    device: str = option("auto", "auto, cpu, cuda, cuda:N, mps or xla", "data and device")
+    precision: str = option("auto", "number format (auto: bf16 where it is faster, else fp32; fp16 on old GPUs)",
+                            "data and device", choices=PRECISION_CHOICES)
+    seed: int = option(1337, "initialisation and batches: the same on every device", "data and device", ge=0,
+                       le=2**63 - 1)
+    threads: int | None = option(None, "CPU threads", "data and device", ge=0, le=1024, none="PyTorch's default",
+                                 advanced=True)
+    compile: bool = option(False, "torch.compile the model", "data and device", advanced=True)
+    grad_checkpointing: bool = option(False, "recompute activations in the backward pass (less memory)",
+                                      "data and device", advanced=True)
+    # optimisation
+    batch_size: int = option(32, "sequences per step", "optimisation", ge=1, le=4096, unit="sequences")
+    lr: float = option(1e-3, "peak learning rate (AdamW)", "optimisation", gt=0, le=1)
+    weight_decay: float = option(0.1, "AdamW weight decay on 2-D weights", "optimisation", ge=0, le=1,
+                                 advanced=True)
+    grad_clip: float = option(1.0, "gradient-norm clip", "optimisation", ge=0, le=1000, advanced=True)
+    grad_accum: int = option(1, "micro-batches per step (gradient accumulation)", "optimisation", ge=1, le=1024,
+                             advanced=True)
+    label_smoothing: float = option(0.0, "label smoothing of the training loss", "optimisation", ge=0, lt=1,
+                                    advanced=True)
+    # schedule
+    steps: int = option(1500, "optimizer steps", "schedule", ge=1, le=10_000_000, unit="steps")
+    warmup: int | None = option(None, "linear warmup", "schedule", ge=0, le=10_000_000, unit="steps",
+                                none="min(200, steps / 10)", advanced=True)
+    min_lr_ratio: float = option(0.1, "cosine decay's floor, as a fraction of the peak", "schedule", ge=0, le=1,
+                                 advanced=True)
+    # evaluation and samples
+    eval_every: int = option(250, "evaluate (and checkpoint) every", "evaluation and samples", ge=1,
+                             le=10_000_000, unit="steps")
+    eval_batches: int = option(20, "batches per split in an evaluation", "evaluation and samples", ge=1, le=1000,
+                               advanced=True)
+    early_stop_patience: int = option(0, "stop after this many evaluations without an improvement of "
+                                      "early_stop_min_delta in validation loss (0: never)", "evaluation and samples",
+                                      ge=0, le=10_000, unit="evaluations", advanced=True)
+    early_stop_min_delta: float = option(0.0, "the fall in validation loss that counts as an improvement",
+                                         "evaluation and samples", ge=0, le=100, advanced=True)
+    best_with_optimizer: bool = option(False, "keep the optimizer state in best.pt too, to continue training "
+                                       "from it (triples its size)", "evaluation and samples", advanced=True)
+    log_every: int | None = option(None, "log the training loss every", "evaluation and samples", ge=1,
+                                   le=10_000_000, unit="steps", none="min(10, eval_every)", advanced=True)
+    sample_prompt: str = option("Holmes", "prompt of the samples taken while training", "evaluation and samples",
+                                max_length=1000)
+    sample_every: int | None = option(None, "sample every (0: only at the start, middle and end)",
+                                      "evaluation and samples", ge=0, le=10_000_000, unit="steps",
+                                      none="every evaluation", advanced=True)
+    sample_tokens: int = option(40, "length of each sample", "evaluation and samples", ge=0, le=2000,
+                                unit="tokens", advanced=True)
+    sample_temperature: float = option(0.8, "temperature of the samples", "evaluation and samples", ge=0, le=10,
+                                       advanced=True)
+
+    def validate(self) -> TrainConfig:
+        """Raise ValueError naming the first option out of range (the messages of :mod:`tinygpt.options`)."""
+        for name, spec in OPTIONS.items():
+            setattr(self, name, spec.check(getattr(self, name)))
+        check_device_name(self.device)
+        self.model_config()  # a preset and arch that make a model
+        return self
+
+    def model_config(self) -> GPTConfig:
+        """The preset in its architecture, with the model options that are set overriding it (ValueError
+        naming both fields for sizes that do not fit together)."""
+        overrides = {name: getattr(self, name) for name in MODEL_OVERRIDES if getattr(self, name) is not None}
+        return model_config(self.preset, self.arch, **overrides)
+
+    def warmup_steps(self) -> int:
+        return self.warmup if self.warmup is not None else min(200, self.steps // 10)
+
+    def log_interval(self) -> int:
+        return self.log_every or min(10, self.eval_every)
+
+    def sample_interval(self) -> int:
+        """0: samples only at step 0, mid-run and at the end."""
+        return self.eval_every if self.sample_every is None else self.sample_every
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TrainConfig:
+        """A config from stored options (a run's, or config.json's): unknown keys are refused, missing
+        ones take their defaults, values are checked."""
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(data) - set(known))
+        if unknown:  # e.g. "unknown training option 'learning_rate': did you mean 'lr'?"
+            raise ValueError("; ".join(unknown_name_message(name, known, "training option") for name in unknown))
+        return cls(**data).validate()
+
+    def memory_estimate(self, processes: int = 1) -> int:
+        """The least memory one of ``processes`` training processes needs, in bytes
+        (:func:`tinygpt.presets.training_memory` of this run's model, batch, precision and checkpointing)."""
+        return training_memory(self.model_config(), self.batch_size, precision=self.precision,
+                               grad_checkpointing=self.grad_checkpointing, processes=processes)
+
+
+#: The options that override the preset's model (``GPTConfig`` fields of the same name).
+MODEL_OVERRIDES = ("vocab_size", "dropout", "d_model", "n_layers", "n_heads", "context", "pos", "norm", "mlp")
+
+#: Every run option, in declaration order: name -> :class:`tinygpt.options.Option`.
+OPTIONS = options_of(TrainConfig)
