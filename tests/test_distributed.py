@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from tinygpt.distributed import DistInfo, shard, torchrun_command
+from tinygpt.distributed import shard, torchrun_command
+from tinygpt.ranks import DistInfo
 from tinygpt.records import read_metrics_csv
 
 

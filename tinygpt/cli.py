@@ -263,12 +263,12 @@ def cmd_tokenizer_train(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_train(args: argparse.Namespace, paths: Paths) -> int:
-    from . import distributed
-    from .distributed import dist_info
+    """Options, corpus and dashboard are checked before torch is imported: a mistake in any of them is a one-line
+    error at once."""
     from .progress import ProgressCallbacks
+    from .ranks import dist_info
     from .records import CallbackList
     from .run_config import OPTIONS
-    from .train import NonFiniteLoss, Trainer
 
     corpus = args.corpus or paths.holmes_corpus()
     from_file = train_options(read_config_arg(args.config)) if args.config else {}
@@ -278,6 +278,9 @@ def cmd_train(args: argparse.Namespace, paths: Paths) -> int:
         raise CorpusError(f"no corpus at {corpus}; run `tinygpt data holmes` or pass --corpus PATH")
     dist = dist_info()  # launched by torchrun: one rank of several (DistributedDataParallel)
     reporter = start_reporting(args, paths, config) if dist.is_main else None
+    from . import distributed
+    from .train import NonFiniteLoss, Trainer
+
     progress = ProgressCallbacks(total_steps=config.steps, bar=not args.no_progress and dist.is_main)
     callbacks = CallbackList(progress, reporter) if reporter else progress
     try:

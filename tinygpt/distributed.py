@@ -1,7 +1,7 @@
 """Several processes training one model: PyTorch's DistributedDataParallel, launched by torchrun.
 
 torchrun (``python -m torch.distributed.run``) starts one process per GPU and tells each its
-``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``; :func:`dist_info` reads them. Every rank draws the
+``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``; :func:`tinygpt.ranks.dist_info` reads them. Every rank draws the
 same global batch (the batch generator has the same seed everywhere) and trains on its slice,
 so N ranks with a global batch of B follow the curve of one process with batch B. Rank 0
 reports metrics, evaluates, samples and saves checkpoints; the others only train.
@@ -11,36 +11,12 @@ reports metrics, evaluates, samples and saves checkpoints; the others only train
 
 from __future__ import annotations
 
-import os
 import sys
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as torch_dist
 
-
-@dataclass(frozen=True)
-class DistInfo:
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-
-    @property
-    def enabled(self) -> bool:
-        return self.world_size > 1
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-
-def dist_info() -> DistInfo:
-    """This process's place among the ranks (one rank of one when not launched by torchrun)."""
-    return DistInfo(
-        rank=int(os.environ.get("RANK", 0)),
-        world_size=int(os.environ.get("WORLD_SIZE", 1)),
-        local_rank=int(os.environ.get("LOCAL_RANK", 0)),
-    )
+from .ranks import DistInfo
 
 
 def rank_device(name: str, info: DistInfo) -> str:

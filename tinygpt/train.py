@@ -43,8 +43,9 @@ from .checkpoint import read_checkpoint, save_checkpoint
 from .config import GPTConfig
 from .corpus import load_or_train_tokenizer, read_corpus
 from .data import Splits, encode_corpus, get_batch
-from .distributed import DistInfo, rank_device
+from .distributed import rank_device
 from .model import GPT
+from .ranks import DistInfo
 from .records import Callbacks, MetricsCsv, Sample, StepMetrics
 from .run_config import TrainConfig
 from .sample import sample_text

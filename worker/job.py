@@ -47,8 +47,9 @@ from app.stop_signals import set_on_signals
 from tinygpt import distributed
 from tinygpt.bench import Cell, SweepConfig, plan, sweep
 from tinygpt.device import describe_device, is_out_of_memory, resolve_device
-from tinygpt.distributed import DistInfo, dist_info, torchrun_command
+from tinygpt.distributed import torchrun_command
 from tinygpt.gutenberg import download_holmes
+from tinygpt.ranks import DistInfo, dist_info
 from tinygpt.records import Callbacks, StepMetrics
 from tinygpt.records import Sample as TrainSample
 from tinygpt.run_config import OPTIONS, TrainConfig
