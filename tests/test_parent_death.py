@@ -61,7 +61,7 @@ def test_serve_killed_leaves_no_process_behind(tmp_path, slice_path, warm_cache,
     run_id = None
     try:
         if moment == "starting":
-            time.sleep(1.0)  # the worker is still importing torch
+            time.sleep(1.0)  # the worker is still importing its modules
         else:
             wait_until_serving(home, url)
         if moment == "training":
