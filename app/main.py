@@ -17,8 +17,6 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from tinygpt.presets import list_presets
-
 from . import api_docs
 from .api import benchmarks, catalog, events, export, reports, runs, sweeps
 from .db import init_db, session_scope
@@ -65,9 +63,7 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
         with contextlib.suppress(asyncio.CancelledError):
             await compaction
         await app.state.hub.stop()
-        # never leave torch working in a thread while the interpreter exits: its thread pool is then
-        # destroyed under it and the process aborts ("terminate called without an active exception")
-        await run_in_threadpool(warming.join)
+        await run_in_threadpool(warming.join)  # never a thread still working while the interpreter exits
 
     # the documentation pages and the schema are routes of our own (app/api_docs.py): offline, and guarded
     app = FastAPI(title="TinyGPT Dashboard", version="0.1.0", lifespan=lifespan, dependencies=[Depends(guard)],
@@ -105,15 +101,11 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
 
 
 def warm_up() -> None:
-    """Done beside start-up, not in the first requests.
-
-    The first preset listing imports torch and builds each model on the meta device (~3 s); under
-    load, a 3-second stall queues more requests than the app can then catch up with. Then every
-    object alive (torch's ~400,000 among them) is frozen out of the garbage collector: a full
-    collection had to walk them all, stalling every request for ~0.4 s now and then (the spikes of
+    """Done beside start-up, not in the first requests: every object alive is frozen out of the garbage
+    collector. A full collection had to walk them all (torch's ~400,000 among them, when the app imported
+    it at start-up), stalling every request for ~0.4 s now and then (the spikes of
     benchmarks/bench_load.py's p99).
     """
-    list_presets()
     gc.collect()
     gc.freeze()
 

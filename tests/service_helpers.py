@@ -95,7 +95,7 @@ def checked(done: subprocess.CompletedProcess, check: bool) -> subprocess.Comple
 def tinygpt_here(*args: object, env: dict | None = None, module: str = "app.cli", cwd: Path | None = None,
                  check: bool = False) -> subprocess.CompletedProcess:
     """The ``tinygpt`` command run inside the test process, for what is not about processes (argument errors,
-    one-line messages, printed tables): a process would spend ~3 s importing torch. ``env`` replaces the
+    one-line messages, printed tables): a process would spend seconds starting. ``env`` replaces the
     environment while it runs; exit code, stdout and stderr come back (and ``check``) as from :func:`run_tinygpt`."""
     import torch
 
