@@ -91,6 +91,7 @@ def guard(blocks: int = 6, steps: int = 30) -> dict:
     import tinygpt.train as train_module
     from tinygpt.data import get_batch
     from tinygpt.model import GPT
+    from tinygpt.optimization import make_optimizer
     from tinygpt.presets import model_config
 
     torch.set_num_threads(1)
@@ -98,7 +99,7 @@ def guard(blocks: int = 6, steps: int = 30) -> dict:
     model_cfg = model_config("tiny", None)
     torch.manual_seed(0)
     model = GPT(model_cfg)
-    optimizer = train_module.make_optimizer(model, config, torch.device("cpu"))
+    optimizer = make_optimizer(model, config, torch.device("cpu"))
     tokens = torch.randint(0, model_cfg.vocab_size, (200_000,))
     generator = torch.Generator().manual_seed(0)
     checked = train_module.check_finite

@@ -8,10 +8,11 @@ from tinygpt.checkpoint import load_model, read_checkpoint
 from tinygpt.corpus import CorpusError, read_corpus
 from tinygpt.data import Splits, get_batch
 from tinygpt.model import GPT
+from tinygpt.optimization import lr_at, make_optimizer
 from tinygpt.presets import model_config
 from tinygpt.records import METRIC_COLUMNS, Callbacks, read_metrics_csv
 from tinygpt.run_config import TrainConfig
-from tinygpt.train import Trainer, lr_at, make_optimizer, train
+from tinygpt.train import Trainer, train
 
 
 class Recorder(Callbacks):
@@ -152,8 +153,9 @@ def test_best_checkpoint_only_when_validation_improves(tmp_path, tiny_config, ca
     assert result.best_val_loss == min(vals)
 
 
-def test_stop_and_resume_gives_the_same_losses(tmp_path, tiny_config, cache_dir):
-    cfg = tiny_config(steps=40, dropout=0.2)  # dropout: the RNG state must come back too
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_stop_and_resume_gives_the_same_losses(tmp_path, tiny_config, cache_dir, optimizer):
+    cfg = tiny_config(steps=40, dropout=0.2, optimizer=optimizer)  # dropout: the RNG state must come back too
     full = Recorder()
     train(cfg, tmp_path / "full", callbacks=full, cache_dir=cache_dir)
 
@@ -198,6 +200,9 @@ def test_resume_refuses_another_model(tmp_path, tiny_config, cache_dir):
     train(tiny_config(steps=5, eval_every=5, sample_tokens=0), tmp_path, cache_dir=cache_dir)
     with pytest.raises(ValueError, match="different model"):
         Trainer(tiny_config(steps=10, arch="classic"), tmp_path, cache_dir=cache_dir, resume=True)
+    with pytest.raises(ValueError, match=r"^the checkpoint's optimizer state is AdamW's but this run uses "
+                       r"Muon \+ AdamW; cannot resume$"):
+        Trainer(tiny_config(steps=10, optimizer="muon"), tmp_path, cache_dir=cache_dir, resume=True)
 
 
 @pytest.mark.slow

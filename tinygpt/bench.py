@@ -23,9 +23,10 @@ import torch
 from . import device as dev
 from .device_names import check_device_name, check_precision_name
 from .model import GPT
+from .optimization import make_optimizer
 from .presets import model_config
 from .run_config import TrainConfig
-from .train import make_optimizer, train_step
+from .train import train_step
 
 CELL_FIELDS = ["precision", "batch_size", "threads", "tokens_per_sec", "ms_per_step", "peak_mem_mib", "oom"]
 

@@ -20,6 +20,10 @@ from .device_names import PRECISION_CHOICES, check_device_name
 from .options import option, options_of, unknown_name_message
 from .presets import ARCHS, PRESETS, model_config, training_memory
 
+#: The ``optimizer`` and ``lr_schedule`` options' choices (tinygpt/optimization.py implements them).
+OPTIMIZER_CHOICES = ("adamw", "muon")
+SCHEDULE_CHOICES = ("cosine", "wsd", "linear")
+
 
 def size_bounds(name: str) -> dict[str, int]:
     """A model size option's range: the model's own :data:`~tinygpt.config.SIZE_BOUNDS`."""
@@ -68,9 +72,15 @@ class TrainConfig:
                                       "data and device", advanced=True)
     # optimisation
     batch_size: int = option(32, "sequences per step", "optimisation", ge=1, le=4096, unit="sequences")
+    optimizer: str = option("adamw", "adamw, or muon for the blocks' matrices (AdamW for the rest)", "optimisation",
+                            choices=OPTIMIZER_CHOICES)
     lr: float = option(1e-3, "peak learning rate (AdamW)", "optimisation", gt=0, le=1)
-    weight_decay: float = option(0.1, "AdamW weight decay on 2-D weights", "optimisation", ge=0, le=1,
-                                 advanced=True)
+    muon_lr: float = option(0.02, "Muon's peak learning rate (optimizer muon)", "optimisation", gt=0, le=1,
+                            advanced=True)
+    muon_momentum: float = option(0.95, "Muon's momentum (optimizer muon)", "optimisation", ge=0, lt=1,
+                                  advanced=True)
+    weight_decay: float = option(0.1, "AdamW weight decay on 2-D weights (Muon's matrices have none)",
+                                 "optimisation", ge=0, le=1, advanced=True)
     grad_clip: float = option(1.0, "gradient-norm clip", "optimisation", ge=0, le=1000, advanced=True)
     grad_accum: int = option(1, "micro-batches per step (gradient accumulation)", "optimisation", ge=1, le=1024,
                              advanced=True)
@@ -80,8 +90,13 @@ class TrainConfig:
     steps: int = option(1500, "optimizer steps", "schedule", ge=1, le=10_000_000, unit="steps")
     warmup: int | None = option(None, "linear warmup", "schedule", ge=0, le=10_000_000, unit="steps",
                                 none="min(200, steps / 10)", advanced=True)
-    min_lr_ratio: float = option(0.1, "cosine decay's floor, as a fraction of the peak", "schedule", ge=0, le=1,
-                                 advanced=True)
+    lr_schedule: str = option("cosine", "after the warmup: cosine or linear to the floor, or wsd (stable, then a "
+                              "linear decay over the last decay_fraction of the steps)", "schedule",
+                              choices=SCHEDULE_CHOICES)
+    decay_fraction: float = option(0.2, "wsd: the share of the steps that decays", "schedule", gt=0, le=1,
+                                   advanced=True)
+    min_lr_ratio: float = option(0.1, "the schedule's floor at the last step, as a fraction of the peak",
+                                 "schedule", ge=0, le=1, advanced=True)
     # evaluation and samples
     eval_every: int = option(250, "evaluate (and checkpoint) every", "evaluation and samples", ge=1,
                              le=10_000_000, unit="steps")

@@ -6,7 +6,8 @@
 
 The recipe: the last 10% of tokens is validation; random windows of ``context``
 tokens; AdamW (betas 0.9/0.95, weight decay on 2-D weights only); linear warmup for
-``min(200, steps // 10)`` steps then cosine down to 10% of the peak; gradient clip
+``min(200, steps // 10)`` steps then cosine down to 10% of the peak (other optimizers and
+schedules: :mod:`tinygpt.optimization`); gradient clip
 1.0; evaluation = mean loss over 20 batches of each split from a generator seeded 0,
 at step 0, every ``eval_every`` steps and at the end.
 
@@ -45,6 +46,7 @@ from .corpus import load_or_train_tokenizer, read_corpus
 from .data import Splits, encode_corpus, get_batch
 from .distributed import rank_device
 from .model import GPT
+from .optimization import Optimizer, load_optimizer_state, lr_at, make_optimizer, parts, set_lr
 from .ranks import DistInfo
 from .records import Callbacks, MetricsCsv, Sample, StepMetrics
 from .run_config import TrainConfig
@@ -82,17 +84,6 @@ class TrainResult:
     stop_reason: str | None = None  # early stopping: why the run ended before its last step
 
 
-def lr_at(step: int, config: TrainConfig) -> float:
-    """Linear warmup to ``lr``, then cosine down to ``min_lr_ratio * lr`` at the last step."""
-    warmup = config.warmup_steps()
-    if warmup and step < warmup:
-        return config.lr * (step + 1) / warmup
-    span = max(1, config.steps - warmup)
-    progress = min(1.0, (step - warmup) / span)
-    floor = config.lr * config.min_lr_ratio
-    return floor + 0.5 * (config.lr - floor) * (1 + math.cos(math.pi * progress))
-
-
 def training_loss(logits: torch.Tensor, targets: torch.Tensor, config: TrainConfig) -> torch.Tensor:
     """The loss the optimizer minimises: next-token cross-entropy. (Evaluations measure the model's
     own cross-entropy, so validation losses stay comparable whatever the training options.)
@@ -105,7 +96,7 @@ def training_loss(logits: torch.Tensor, targets: torch.Tensor, config: TrainConf
 
 def train_step(
     model: nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: Optimizer,
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
     *,
     device: torch.device,
@@ -128,7 +119,8 @@ def train_step(
         (scaler.scale(loss) if scaler else loss).backward()
         total += loss.detach().float()
     if scaler:
-        scaler.unscale_(optimizer)
+        for part in parts(optimizer):
+            scaler.unscale_(part)
     # grad_clip 0: no clipping (an infinite bound only measures the norm)
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf)
     distributed = isinstance(model, DistributedDataParallel)
@@ -136,7 +128,8 @@ def train_step(
         # overflowing gradients are the scaler's to handle (it skips the step and lowers its scale); a
         # non-finite loss is an overflow in the forward pass itself, which no scale can fix
         check_finite(total, None, distributed=distributed)
-        scaler.step(optimizer)
+        for part in parts(optimizer):
+            scaler.step(part)
         scaler.update()
     else:
         check_finite(total, norm, distributed=distributed)
@@ -157,19 +150,6 @@ def check_finite(loss: torch.Tensor, grad_norm: torch.Tensor | None, *, distribu
         raise NonFiniteLoss("gradient norm", values[0])
     if not math.isfinite(values[1]) and not distributed:
         raise NonFiniteLoss("loss", values[1])
-
-
-def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
-    """AdamW with weight decay on 2-D weights (matrices, embeddings) only."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    # fused on CUDA; elsewhere the multi-tensor (foreach) version: the CPU's fused AdamW measured
-    # within noise of foreach on a holmes step here. (Either imports torch._dynamo on first use,
-    # 1.5-2.5 s: see ``warm_up``.)
-    extra = {"fused": True} if device.type == "cuda" else {"foreach": True}
-    return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.95), **extra)
 
 
 def warm_up() -> None:
@@ -347,7 +327,7 @@ class Trainer:
         if ckpt["model_config"] != self.model_config.to_dict():
             raise ValueError(f"{path} holds a different model ({ckpt['model_config']}); cannot resume")
         self.model.load_state_dict(ckpt["model"])
-        self.optimizer.load_state_dict(ckpt["optimizer"])
+        load_optimizer_state(self.optimizer, ckpt["optimizer"])
         if self.scaler and ckpt.get("scaler"):
             self.scaler.load_state_dict(ckpt["scaler"])
         self.state = _State(**ckpt["train_state"])
@@ -478,8 +458,7 @@ class Trainer:
     def _train_step(self, step: int) -> torch.Tensor:
         """One optimizer update (over ``grad_accum`` micro-batches); returns the mean loss, detached."""
         cfg = self.config
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr_at(step, cfg)
+        set_lr(self.optimizer, step, cfg)
         batches = (  # every rank draws the same global batch and trains on its own rows
             tuple(distributed.shard(t, self.dist) for t in get_batch(
                 self.splits.train, cfg.batch_size, self.model_config.context, self.batch_gen, self.device))

@@ -1,0 +1,139 @@
+"""The optimizers and learning-rate schedules of a run (its ``optimizer`` and ``lr_schedule`` options).
+
+Optimizers: ``adamw`` (the series': AdamW, betas 0.9/0.95, weight decay on 2-D weights only) or ``muon``
+(PyTorch's :class:`torch.optim.Muon`, momentum orthogonalised by Newton-Schulz, for the hidden matrices of
+the transformer blocks; AdamW for the embedding, the tied head, norms and biases, as the speedrun does).
+
+Schedules, each after a linear warmup of ``warmup_steps()``, end at ``min_lr_ratio`` of the peak at the last
+step: ``cosine`` (the series'), ``linear``, and ``wsd`` (warmup, stable at the peak, then a linear decay over
+the last ``decay_fraction`` of the steps).
+
+>>> from tinygpt.run_config import TrainConfig
+>>> config = TrainConfig(steps=1000, warmup=100, lr_schedule="wsd", decay_fraction=0.2, min_lr_ratio=0.0)
+>>> [round(lr_factor(step, config), 3) for step in (0, 99, 500, 800, 900, 1000)]
+[0.01, 1.0, 1.0, 1.0, 0.5, 0.0]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from .run_config import TrainConfig
+
+#: AdamW's betas: the series' (0.9, 0.95).
+ADAMW_BETAS = (0.9, 0.95)
+
+
+def lr_factor(step: int, config: TrainConfig) -> float:
+    """The schedule's multiplier of each optimizer's peak learning rate at ``step`` (0-based): a linear
+    warmup to 1, then ``config.lr_schedule`` down to ``min_lr_ratio`` at the last step."""
+    warmup = config.warmup_steps()
+    if warmup and step < warmup:
+        return (step + 1) / warmup
+    floor = config.min_lr_ratio
+    if config.lr_schedule == "wsd":  # stable until the decay's share of the steps, warmup not included
+        decay_start = max(warmup, config.steps - round(config.decay_fraction * config.steps))
+        progress = min(1.0, max(0, step - decay_start) / max(1, config.steps - decay_start))
+        return 1.0 - (1.0 - floor) * progress
+    progress = min(1.0, (step - warmup) / max(1, config.steps - warmup))
+    if config.lr_schedule == "linear":
+        return 1.0 - (1.0 - floor) * progress
+    return floor + 0.5 * (1.0 - floor) * (1 + math.cos(math.pi * progress))  # cosine
+
+
+def lr_at(step: int, config: TrainConfig) -> float:
+    """AdamW's learning rate at ``step`` (the one the metrics log): ``lr`` times :func:`lr_factor`."""
+    return config.lr * lr_factor(step, config)
+
+
+class OptimizerSet:
+    """Several torch optimizers stepped as one: Muon for the hidden matrices and AdamW for the rest. It has
+    what the training loop uses of an optimizer (param_groups, step, zero_grad, state_dict)."""
+
+    def __init__(self, *optimizers: torch.optim.Optimizer) -> None:
+        self.optimizers = optimizers
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [group for opt in self.optimizers for group in opt.param_groups]
+
+    def step(self) -> None:
+        for opt in self.optimizers:
+            opt.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict:
+        return {"optimizers": [opt.state_dict() for opt in self.optimizers],
+                "kinds": [type(opt).__name__ for opt in self.optimizers]}
+
+    def load_state_dict(self, state: dict) -> None:
+        for opt, part in zip(self.optimizers, state["optimizers"], strict=True):
+            opt.load_state_dict(part)
+
+
+def load_optimizer_state(optimizer: Optimizer, state: dict) -> None:
+    """Restore a checkpoint's optimizer state; ValueError when it was saved by other optimizers."""
+    saved = state.get("kinds", ["AdamW"])
+    kinds = [type(opt).__name__ for opt in parts(optimizer)]
+    if saved != kinds:
+        raise ValueError(f"the checkpoint's optimizer state is {' + '.join(saved)}'s but this run "
+                         f"uses {' + '.join(kinds)}; cannot resume")
+    optimizer.load_state_dict(state)
+
+
+Optimizer = torch.optim.Optimizer | OptimizerSet
+
+
+def parts(optimizer: Optimizer) -> tuple[torch.optim.Optimizer, ...]:
+    """The torch optimizers behind ``optimizer`` (one for AdamW)."""
+    return optimizer.optimizers if isinstance(optimizer, OptimizerSet) else (optimizer,)
+
+
+def hidden_matrices(model: nn.Module) -> Iterator[nn.Parameter]:
+    """The 2-D weights inside the transformer blocks (attention and MLP matrices): Muon's share."""
+    for name, param in model.named_parameters():
+        if param.requires_grad and param.dim() == 2 and ".blocks." in f".{name}":
+            yield param
+
+
+def adamw(params: list[nn.Parameter], config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with weight decay on 2-D weights (matrices, embeddings) only."""
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    # fused on CUDA; elsewhere the multi-tensor (foreach) version: the CPU's fused AdamW measured
+    # within noise of foreach on a holmes step here. (Either imports torch._dynamo on first use,
+    # 1.5-2.5 s: see ``tinygpt.train.warm_up``.)
+    extra = {"fused": True} if device.type == "cuda" else {"foreach": True}
+    return torch.optim.AdamW(groups, lr=config.lr, betas=ADAMW_BETAS, **extra)
+
+
+def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> Optimizer:
+    """The run's optimizer: AdamW over every parameter, or Muon over the hidden matrices (no weight decay:
+    its normalised updates keep their scale) with AdamW over the rest."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if config.optimizer == "adamw":
+        return adamw(params, config, device)
+    matrices = list(hidden_matrices(model))
+    chosen = {id(p) for p in matrices}
+    muon = torch.optim.Muon(matrices, lr=config.muon_lr, momentum=config.muon_momentum, weight_decay=0.0)
+    return OptimizerSet(muon, adamw([p for p in params if id(p) not in chosen], config, device))
+
+
+def set_lr(optimizer: Optimizer, step: int, config: TrainConfig) -> None:
+    """Every group's learning rate at ``step``: its optimizer's peak (``muon_lr`` for Muon, ``lr`` for
+    AdamW) times :func:`lr_factor`."""
+    factor = lr_factor(step, config)
+    for opt in parts(optimizer):
+        peak = config.muon_lr if isinstance(opt, torch.optim.Muon) else config.lr
+        for group in opt.param_groups:
+            group["lr"] = peak * factor
