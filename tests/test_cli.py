@@ -64,7 +64,7 @@ def test_train_sample_neighbors_end_to_end(tmp_path, slice_path):
     assert "done: 20 steps on cpu (fp32)" in proc.stdout
     assert "step     20: train" in proc.stdout
     header = (out / "metrics.csv").read_text().splitlines()[0]
-    assert header == "step,train_loss,val_loss,lr,tokens_per_sec,elapsed_sec,tokens_seen,epochs,peak_mem_mib"
+    assert header == "step,train_loss,val_loss,lr,tokens_per_sec,elapsed_sec,tokens_seen,epochs,peak_mem_mib,val_loss_full"
     assert (out / "best.pt").exists() and (out / "config.json").exists()
     assert list((tmp_path / "home" / "cache" / "tokenizers").glob("*-400.json"))  # cached for the next run
 

@@ -138,13 +138,14 @@ def test_every_format_but_a_thinned_one_is_streamed_row_for_row(make_app, import
     assert [r["step"] for r in listed] == rows["step"] == list(range(11))
     assert [r["val_loss"] for r in listed] == rows["val_loss"] == [None] * 10 + [4.5]
     assert listed[3] == {"step": 3, "train_loss": 4.7, "val_loss": None, "lr": 0.001, "tokens_per_sec": 1000.0,
-                         "tokens_seen": 300, "elapsed_sec": 0.3, "epochs": 0.0, "peak_mem_mib": 100.0}
+                         "tokens_seen": 300, "elapsed_sec": 0.3, "epochs": 0.0, "peak_mem_mib": 100.0,
+                         "val_loss_full": None}
     assert "content-length" not in client.get(f"/api/runs/{run}/metrics", params={"format": "csv"}).headers
     as_csv = client.get(f"/api/runs/{run}/metrics", params={"format": "csv", "from_step": 9})
     assert as_csv.headers["content-length"] == str(len(as_csv.content))
     assert as_csv.text.splitlines() == ["step,train_loss,val_loss,lr,tokens_per_sec,elapsed_sec,tokens_seen,epochs,"
-                                        "peak_mem_mib", "9,4.1,,0.001,1000.0,0.9,900,0.0,100.0",
-                                        "10,4.0,4.5,0.001,1000.0,1.0,1000,0.0,100.0"]
+                                        "peak_mem_mib,val_loss_full", "9,4.1,,0.001,1000.0,0.9,900,0.0,100.0,",
+                                        "10,4.0,4.5,0.001,1000.0,1.0,1000,0.0,100.0,"]
     assert client.get("/api/runs/999/metrics", params={"format": "csv"}).status_code == 404
 
 

@@ -72,7 +72,7 @@ def test_run_end_to_end_through_the_event_stream(shared):
         assert metrics[-1]["val_loss"] < metrics[0]["val_loss"]
         csv_text = c.get(f"/api/runs/{run['id']}/metrics", params={"format": "csv"}).text
         lines = csv_text.strip().splitlines()
-        assert lines[0] == "step,train_loss,val_loss,lr,tokens_per_sec,elapsed_sec,tokens_seen,epochs,peak_mem_mib"
+        assert lines[0] == "step,train_loss,val_loss,lr,tokens_per_sec,elapsed_sec,tokens_seen,epochs,peak_mem_mib,val_loss_full"
         assert len(lines) == 5
 
         samples = c.get(f"/api/runs/{run['id']}/samples").json()

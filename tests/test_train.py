@@ -132,7 +132,9 @@ def test_tiny_run_writes_metrics_checkpoints_and_samples(tmp_path, tiny_config, 
 
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["train"]["steps"] == 40 and config["model"]["vocab_size"] == 512
-    assert config["resolved"] == {"device": "cpu", "precision": "fp32", "params": rec.started["params"]}
+    assert config["resolved"] == {"device": "cpu", "precision": "fp32", "params": rec.started["params"],
+                                  "target_val_loss": None,  # the slice is no known corpus
+                                  "val_bytes_per_token": pytest.approx(rec.started["val_bytes_per_token"])}
 
     model, tokenizer, state = load_model(tmp_path / "best.pt")
     assert state["step"] == 40 and tokenizer.vocab_size <= 512

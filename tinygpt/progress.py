@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tqdm import tqdm  # the library proper never imports this module: only the CLI does
 
-from .records import Callbacks, Sample, StepMetrics
+from .records import Callbacks, Sample, StepMetrics, TargetReached
 
 
 class ProgressCallbacks(Callbacks):
@@ -12,8 +12,11 @@ class ProgressCallbacks(Callbacks):
         self.total = total_steps
         self.use_bar = bar
         self.bar: tqdm | None = None
+        self.target: float | None = None
+        self.rows: list[StepMetrics] = []  # the evaluations, for the time to target
 
     def on_start(self, info: dict) -> None:
+        self.target = info.get("target_val_loss")
         d = info["device_info"]
         print(f"{info['params']:,} parameters on {info['device']} ({d.get('name')}), {info['precision']}; "
               f"{info['train_tokens']:,} train / {info['val_tokens']:,} val tokens"
@@ -27,8 +30,14 @@ class ProgressCallbacks(Callbacks):
             self.bar.set_postfix(loss=f"{m.train_loss:.3f}", tok_s=f"{m.tokens_per_sec:,.0f}")
 
     def on_eval(self, m: StepMetrics) -> None:
-        self._write(f"step {m.step:>6}: train {m.train_loss:.4f}  val {m.val_loss:.4f}  "
+        full = "" if m.val_loss_full is None else f" (whole split {m.val_loss_full:.4f})"
+        self._write(f"step {m.step:>6}: train {m.train_loss:.4f}  val {m.val_loss:.4f}{full}  "
                     f"{m.tokens_per_sec:,.0f} tok/s  {m.peak_mem_mib:,.0f} MiB")
+        reached_before = TargetReached.first(self.rows, self.target)
+        self.rows.append(m)
+        reached = TargetReached.first(self.rows, self.target)
+        if reached and not reached_before:
+            self._write(reached.line())
 
     def on_sample(self, s: Sample) -> None:
         self._write(f"sample @ {s.step}: {s.text!r}")

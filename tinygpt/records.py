@@ -26,6 +26,9 @@ class StepMetrics:
     tokens_seen: int
     epochs: float
     peak_mem_mib: float
+    # the loss over the whole validation split (every token once), measured at an evaluation whose estimate
+    # comes near the run's target (tinygpt.train.TARGET_MARGIN): what decides that the target was reached
+    val_loss_full: float | None = None
 
 
 METRIC_COLUMNS = [f.name for f in fields(StepMetrics)]
@@ -159,6 +162,58 @@ class OverfitWatch:
                 f"{self.best_step}) for {self.evals} evaluations; the best checkpoint is kept")
 
 
+@dataclass
+class TargetReached:
+    """When a run's validation loss first reached its target (time to target), the one rule for every layer:
+    the first evaluation whose whole-split loss (``val_loss_full``) is at most the target; for rows that never
+    measured it (files from older versions, other trainers) the first whose 20-batch estimate is, marked
+    ``exact=False``.
+
+    >>> rows = [StepMetrics(0, 8.3, 8.3, 0, 0, 0, 0, 0, 0), StepMetrics(250, 4, 3.79, 0, 0, 300.0, 2048000, 0, 0, 3.80),
+    ...         StepMetrics(500, 3.8, 3.74, 0, 0, 600.0, 4096000, 0, 0, 3.75)]
+    >>> TargetReached.first(rows, 3.76)
+    TargetReached(target=3.76, step=500, tokens_seen=4096000, elapsed_sec=600.0, val_loss=3.75, exact=True)
+    """
+
+    target: float
+    step: int
+    tokens_seen: int
+    elapsed_sec: float  # training seconds (evaluations and samples excluded), as the rows count them
+    val_loss: float
+    exact: bool = True
+
+    @classmethod
+    def first(cls, rows: Iterable[StepMetrics], target: float | None) -> TargetReached | None:
+        if not target:
+            return None
+        rows = [r for r in rows if r.val_loss is not None]
+        exact = any(r.val_loss_full is not None for r in rows)
+        for r in rows:
+            loss = r.val_loss_full if exact else r.val_loss
+            if loss is not None and loss <= target:
+                return cls(target, r.step, r.tokens_seen, r.elapsed_sec, loss, exact)
+        return None
+
+    def line(self) -> str:
+        """e.g. "reached 3.76 at step 1,120, 9.2M tokens, 1 h 51 min"."""
+        return (f"reached {self.target:g} at step {self.step:,}, {self.tokens_seen / 1e6:.1f}M tokens, "
+                f"{duration_text(self.elapsed_sec)}{'' if self.exact else ' (by the 20-batch estimate)'}")
+
+
+def duration_text(seconds: float) -> str:
+    """A duration for people: "42 s", "3 min 5 s", "1 h 51 min".
+
+    >>> [duration_text(s) for s in (42.4, 185, 6660)]
+    ['42 s', '3 min 5 s', '1 h 51 min']
+    """
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
 class MetricsCsv:
     """``metrics.csv`` in the run folder; on resume, rows after the resume step are dropped."""
 
@@ -177,6 +232,7 @@ class MetricsCsv:
         with open(self.path, "a", newline="") as f:
             row = asdict(m)
             row["val_loss"] = "" if m.val_loss is None else m.val_loss
+            row["val_loss_full"] = "" if m.val_loss_full is None else m.val_loss_full
             csv.DictWriter(f, fieldnames=METRIC_COLUMNS).writerow(row)
 
 
@@ -193,6 +249,7 @@ def read_metrics_csv(path: str | Path) -> list[StepMetrics]:
                 tokens_seen=int(r["tokens_seen"]),
                 epochs=float(r["epochs"]),
                 peak_mem_mib=float(r["peak_mem_mib"]),
+                val_loss_full=float(r["val_loss_full"]) if r.get("val_loss_full") else None,  # older files: none
             )
             for r in csv.DictReader(f)
         ]

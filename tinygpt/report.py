@@ -282,7 +282,8 @@ class Reporter(Callbacks):
         self.sender.wake.set()
 
     def on_start(self, info: dict) -> None:
-        keys = ("device", "device_info", "precision", "params", "start_step", "resumed")
+        keys = ("device", "device_info", "precision", "params", "start_step", "resumed", "target_val_loss",
+                "val_bytes_per_token")
         self.add("start", {k: info[k] for k in keys})
 
     def on_step(self, metrics: StepMetrics) -> None:

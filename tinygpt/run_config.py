@@ -102,6 +102,9 @@ class TrainConfig:
                              le=10_000_000, unit="steps")
     eval_batches: int = option(20, "batches per split in an evaluation", "evaluation and samples", ge=1, le=1000,
                                advanced=True)
+    target_val_loss: float | None = option(None, "the validation loss whose first reaching is timed (time to "
+                                           "target; 0: none)", "evaluation and samples", ge=0, le=100,
+                                           none="the corpus' known target (holmes: 3.76), else none")
     early_stop_patience: int = option(0, "stop after this many evaluations without an improvement of "
                                       "early_stop_min_delta in validation loss (0: never)", "evaluation and samples",
                                       ge=0, le=10_000, unit="evaluations", advanced=True)

@@ -42,7 +42,7 @@ from . import device as dev
 from . import distributed
 from .checkpoint import read_checkpoint, save_checkpoint
 from .config import GPTConfig
-from .corpus import load_or_train_tokenizer, read_corpus
+from .corpus import known_target, load_or_train_tokenizer, read_corpus
 from .data import Splits, encode_corpus, get_batch
 from .distributed import rank_device
 from .model import GPT
@@ -184,6 +184,38 @@ def estimate_loss(
     return out
 
 
+#: An evaluation whose 20-batch estimate is within this of the target measures the whole validation split,
+#: which decides whether the target is reached (the estimate's own error on holmes is about 0.02).
+TARGET_MARGIN = 0.05
+
+
+@torch.no_grad()
+def full_val_loss(model: nn.Module, val: torch.Tensor, context: int, batch_size: int, device: torch.device,
+                  precision: str) -> float:
+    """The mean loss over the whole validation split: consecutive windows of ``context`` tokens, each token
+    predicted once (the last ``< context`` tokens excepted)."""
+    was_training = model.training
+    model.eval()
+    windows = (len(val) - 1) // context
+    starts = torch.arange(windows) * context  # (W,)
+    offsets = torch.arange(context)  # (T,)
+    total = torch.zeros((), device=device)
+    for chunk in starts.split(batch_size):
+        index = chunk[:, None] + offsets[None, :]  # (B, T)
+        x, y = val[index].to(device), val[index + 1].to(device)
+        with dev.autocast(device, precision):
+            _, loss = model(x, y)  # mean over B*T
+        total += loss.float() * len(chunk)
+    model.train(was_training)
+    return float(total) / windows
+
+
+def bytes_per_token(tokens: torch.Tensor, tokenizer: Tokenizer) -> float:
+    """The text bytes one token of ``tokens`` stands for, on average (bits per byte = loss / ln 2 / this)."""
+    lengths = torch.tensor([len(tokenizer.token_bytes(i)) for i in range(tokenizer.vocab_size)])
+    return float(lengths[tokens.long()].sum()) / len(tokens)
+
+
 @dataclass
 class _State:
     """What changes during a run and must survive a resume."""
@@ -194,6 +226,7 @@ class _State:
     best_val_loss: float | None = None
     best_step: int | None = None
     evals_without_improvement: int = 0  # early stopping's count (by at least early_stop_min_delta)
+    target_step: int | None = None  # the evaluation whose whole-split loss first reached the target
 
 
 class Trainer:
@@ -223,8 +256,10 @@ class Trainer:
         distributed.start(self.dist, self.device)
         self.precision = dev.resolve_precision(config.precision, self.device)
         self.model_config = config.model_config()
+        self.target: float | None = config.target_val_loss or None  # 0: none
         self.tokenizer, tokens = self._load_data(tokenizer, tokens, Path(cache_dir) if cache_dir else None)
         self.splits = Splits.from_tokens(tokens, self.model_config.context)
+        self.val_bytes_per_token = bytes_per_token(self.splits.val, self.tokenizer)
 
         torch.manual_seed(config.seed)  # init on the CPU: the same weights on every device
         self.model = GPT(self.model_config)
@@ -259,6 +294,8 @@ class Trainer:
         if tokenizer is not None and tokens is not None:
             return tokenizer, tokens
         text = read_corpus(self.config.corpus)
+        if self.config.target_val_loss is None:
+            self.target = known_target(text)
         tokenizer = tokenizer or load_or_train_tokenizer(text, self.model_config.vocab_size, cache_dir)
         if tokenizer.vocab_size > self.model_config.vocab_size:
             raise ValueError(
@@ -277,13 +314,16 @@ class Trainer:
             "tokenizer_vocab": self.tokenizer.vocab_size,
             "start_step": self.state.step,
             "resumed": self.resumed,
+            "target_val_loss": self.target,
+            "val_bytes_per_token": self.val_bytes_per_token,
         }
 
     def _write_config_json(self) -> None:
         data = {
             "train": self.config.to_dict(),
             "model": self.model_config.to_dict(),
-            "resolved": {"device": str(self.device), "precision": self.precision, "params": self.model.num_params()},
+            "resolved": {"device": str(self.device), "precision": self.precision, "params": self.model.num_params(),
+                         "target_val_loss": self.target, "val_bytes_per_token": self.val_bytes_per_token},
             "tokenizer": {"path": "tokenizer.json", "vocab_size": self.tokenizer.vocab_size},
         }
         (self.out_dir / "config.json").write_text(json.dumps(data, indent=2))
@@ -467,7 +507,18 @@ class Trainer:
         return train_step(self.forward_model, self.optimizer, batches, device=self.device, precision=self.precision,
                           config=cfg, scaler=self.scaler)
 
-    def _log(self, train_loss: float, val_loss: float | None, tokens_per_sec: float) -> StepMetrics:
+    def _val_loss_full(self, estimate: float) -> float | None:
+        """The whole split's loss when the estimate comes within TARGET_MARGIN of a target not yet reached."""
+        if self.target is None or self.state.target_step is not None or estimate > self.target + TARGET_MARGIN:
+            return None
+        loss = full_val_loss(self.eval_model, self.splits.val, self.model_config.context, self.config.batch_size,
+                             self.device, self.precision)
+        if loss <= self.target:
+            self.state.target_step = self.state.step
+        return loss
+
+    def _log(self, train_loss: float, val_loss: float | None, tokens_per_sec: float,
+             val_loss_full: float | None = None) -> StepMetrics:
         m = StepMetrics(
             step=self.state.step,
             train_loss=train_loss,
@@ -478,6 +529,7 @@ class Trainer:
             tokens_seen=self.state.tokens_seen,
             epochs=self.state.tokens_seen / len(self.splits.train),
             peak_mem_mib=dev.peak_memory_mib(self.device),
+            val_loss_full=val_loss_full,
         )
         if self.csv is not None:
             self.csv.append(m)
@@ -492,7 +544,7 @@ class Trainer:
             what, value = ("validation loss", losses["val"]) if not math.isfinite(losses["val"]) else \
                 ("evaluation's train loss", losses["train"])
             raise NonFiniteLoss(what, value, self._non_finite_story(what, value, self.state.step))
-        m = self._log(losses["train"], losses["val"], tokens_per_sec)
+        m = self._log(losses["train"], losses["val"], tokens_per_sec, self._val_loss_full(losses["val"]))
         self.cb.on_eval(m)
         best = self.state.best_val_loss
         if best is None or losses["val"] < best - self.config.early_stop_min_delta:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from datetime import datetime
 from typing import Any, get_type_hints
 
@@ -23,9 +23,13 @@ def library_record(name: str, record: type, **sql_types: Any) -> type[SQLModel]:
     """A SQLModel base with the fields of a library dataclass, declared there once. ``sql_types``:
     a field's column type where the default does not do (long text, 64-bit counts)."""
     hints = get_type_hints(record)
+
+    def field(f: Any) -> Any:  # required unless the dataclass gives a default
+        default = ... if f.default is MISSING else f.default
+        return Field(default=default, sa_type=sql_types[f.name]) if f.name in sql_types else default
+
     return create_model(name, __base__=SQLModel, __doc__=f"The fields of tinygpt's {record.__name__}.",
-                        **{f.name: (hints[f.name], Field(sa_type=sql_types[f.name]) if f.name in sql_types else ...)
-                           for f in fields(record)})
+                        **{f.name: (hints[f.name], field(f)) for f in fields(record)})
 
 
 # billions of tokens on a GPU run: past a 32-bit integer

@@ -82,6 +82,9 @@ class ResolvedIn(InputModel):
     params: int = Field(ge=0, le=MAX_INT32)
     start_step: int = Field(default=0, ge=0, le=MAX_INT32)
     resumed: bool = False
+    target_val_loss: float | None = Field(default=None, ge=0, le=100, description="the target its trainer resolved")
+    val_bytes_per_token: float | None = Field(default=None, gt=0, le=1024, description="its validation text's "
+                                              "bytes per token")
 
     @field_validator("precision")
     @classmethod

@@ -4,6 +4,7 @@ what the API shows of it."""
 from __future__ import annotations
 
 import enum
+import math
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -218,6 +219,13 @@ class Run(SQLModel, table=True):
     report_seq: int = 0  # a reported run: the last journal item applied (each is applied once)
     events_trimmed_to: int = 0  # the newest of its ``metric`` events deleted from the outbox (0: none yet)
     tokens_per_sec: float | None = None  # the median over its rows, stored when it finishes (runs.run_rate)
+    # time to target (tinygpt.records.TargetReached): the target its job resolved, and when it first reached it
+    target_val_loss: float | None = None
+    target_step: int | None = None
+    target_tokens: int | None = Field(default=None, sa_type=BigInteger)
+    target_sec: float | None = None  # training seconds
+    target_exact: bool | None = None  # False: judged by the 20-batch estimate (rows without a whole-split loss)
+    val_bytes_per_token: float | None = None  # its validation split's text bytes per token: bits per byte
 
 
 class RunWorkerPublic(SQLModel):
@@ -225,6 +233,16 @@ class RunWorkerPublic(SQLModel):
 
     name: str
     host: str | None
+
+
+class TimeToTarget(SQLModel):
+    """When a run's validation loss (over the whole split) first reached its target."""
+
+    step: int
+    tokens: int
+    seconds: float = Field(description="training seconds to that evaluation (evaluations and samples excluded)")
+    exact: bool = Field(description="judged by the whole validation split (false: by the 20-batch estimate, for "
+                        "rows that never measured it)")
 
 
 class RunPublic(SQLModel):
@@ -260,6 +278,10 @@ class RunPublic(SQLModel):
     stalled_at: datetime | None
     origin: str
     host: str | None  # the machine it trains (trained) on: its worker's, or the reporting trainer's
+    target_val_loss: float | None = Field(description="the validation loss whose first reaching is timed")
+    time_to_target: TimeToTarget | None = Field(description="when it first reached target_val_loss (null: not yet)")
+    val_bytes_per_token: float | None = Field(description="its validation text's bytes per token")
+    best_val_bpb: float | None = Field(description="best_val_loss in bits per byte: comparable across tokenizers")
 
     @classmethod
     def of(cls, run: Run) -> RunPublic:
@@ -270,7 +292,22 @@ class RunPublic(SQLModel):
         # progress: training steps, or for a benchmark the number of cells (known once it starts)
         data["steps"] = int(run.config.get("cells" if run.kind == RunKind.benchmark else "steps", 0))
         data["has_checkpoint"] = bool(run.checkpoint_path)
+        data["time_to_target"] = None if run.target_step is None else \
+            {"step": run.target_step, "tokens": run.target_tokens, "seconds": run.target_sec,
+             "exact": bool(run.target_exact)}
+        data["best_val_bpb"] = bits_per_byte(run.best_val_loss, run.val_bytes_per_token)
         return cls.model_validate(data)
+
+
+def bits_per_byte(loss: float | None, bytes_per_token: float | None) -> float | None:
+    """A loss in nats per token as bits per byte of text (None where either is unknown).
+
+    >>> round(bits_per_byte(3.76, 3.2), 4)
+    1.6952
+    """
+    if loss is None or not bytes_per_token:
+        return None
+    return loss / math.log(2) / bytes_per_token
 
 
 class RunsPage(SQLModel):

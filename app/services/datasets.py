@@ -13,7 +13,7 @@ from typing import Protocol
 from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
 
-from tinygpt.corpus import CorpusError, check_splits_fit
+from tinygpt.corpus import KNOWN_TARGETS, CorpusError, check_splits_fit
 
 from ..errors import Invalid, NotFound, TooLarge
 from ..models import Dataset
@@ -43,6 +43,15 @@ def check_dataset_exists(session: Session, *, name: str) -> None:
         return
     if session.exec(select(Dataset.id).where(Dataset.name == name)).first() is None:
         raise Invalid(f"unknown dataset {name!r}; upload it first or use 'holmes'", field="dataset")
+
+
+def dataset_target(session: Session, *, name: str, configured: float | None) -> float | None:
+    """A run's target validation loss: the one it was given (0: none), else its dataset's if the dataset is a
+    known corpus (``tinygpt.corpus.KNOWN_TARGETS``, by its sha256), else none."""
+    if configured is not None:
+        return configured or None
+    dataset = session.exec(select(Dataset).where(Dataset.name == name)).first()
+    return KNOWN_TARGETS.get(dataset.sha256) if dataset else None
 
 
 def file_facts(path: Path) -> tuple[str, int, int]:

@@ -11,6 +11,8 @@ from pathlib import Path
 from sqlalchemy import insert
 from sqlmodel import Session, select
 
+from tinygpt.records import StepMetrics, TargetReached
+
 from ..errors import Conflict, Invalid
 from ..models import (
     EventType,
@@ -27,11 +29,12 @@ from ..models import (
 )
 from ..settings import Settings
 from .alerts import has_alert, raise_alert
+from .datasets import dataset_target
 from .events import record_event
 from .files import run_disk_bytes
 from .lifecycle import change_status, new_run
 from .metric_blocks import rebuild_blocks
-from .run_records import record_best_checkpoint, record_metric, record_sample, record_start
+from .run_records import record_best_checkpoint, record_metric, record_sample, record_start, set_target
 from .runs import get_run
 
 CHECKPOINT_NAME = "best.pt"
@@ -166,6 +169,8 @@ def import_run(session: Session, *, body: RunImport, settings: Settings) -> Run:
                             last_step=rows[-1]["step"], best_val_loss=best["val_loss"] if best else None,
                             best_step=best["step"] if best else None)
     session.execute(insert(Metric), [{"run_id": run.id, **r} for r in rows])
+    run.target_val_loss = dataset_target(session, name=body.config.dataset, configured=body.config.target_val_loss)
+    set_target(run, TargetReached.first([StepMetrics(**r) for r in rows], run.target_val_loss))
     rebuild_blocks(session, run_id=run.id)
     for sample in body.samples:
         record_sample(session, run.id, sample.model_dump())

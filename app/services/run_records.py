@@ -9,6 +9,8 @@ from pathlib import Path
 from sqlalchemy import delete
 from sqlmodel import Session, col
 
+from tinygpt.records import StepMetrics, TargetReached
+
 from ..models import Alert, EventType, Metric, Run, Sample
 from ..settings import Settings
 from .alerts import has_alert, raise_alert
@@ -28,6 +30,10 @@ def record_start(session: Session, run: Run, info: dict) -> None:
     run.device_info = info["device_info"]
     run.precision = info["precision"]
     run.params = info["params"]
+    run.target_val_loss = info.get("target_val_loss")  # .get: trainers of older versions report neither
+    run.val_bytes_per_token = info.get("val_bytes_per_token")
+    if run.target_step is not None and run.target_step > start:  # reached after the resume point: again
+        set_target(run, None)
     run.last_step = start
     session.add(run)
     verb = f"resumed at step {start}" if info["resumed"] else "started"
@@ -50,10 +56,29 @@ def record_metric(session: Session, run: Run, row: dict, *, settings: Settings) 
     session.add(run)
     record_event(session, run_id=run.id, type=EventType.metric, data=row)
     if row.get("val_loss") is not None:
+        record_target(session, run, StepMetrics(**row))
         watch = overfit_watch(session, run_id=run.id)
         record_event(session, run_id=run.id, type=EventType.overfit, data=watch.verdict())
         if watch.overfitting and not has_alert(session, run_id=run.id, kind=Alert.overfitting):
             raise_alert(session, kind=Alert.overfitting, message=watch.message(), settings=settings, run=run)
+
+
+def record_target(session: Session, run: Run, row: StepMetrics) -> None:
+    """The first evaluation that reaches the run's target is its time to target, with a log line saying so
+    (``TargetReached``'s rule, applied to this row, the earlier ones having not: a trainer that knows its
+    target measures the whole split at every evaluation whose estimate comes near it)."""
+    reached = TargetReached.first([row], run.target_val_loss)
+    if run.target_step is not None or reached is None:
+        return
+    set_target(run, reached)
+    session.add(run)
+    record_event(session, run_id=run.id, type=EventType.log, data={"message": reached.line()})
+
+
+def set_target(run: Run, reached: TargetReached | None) -> None:
+    """The run's time to target: when it reached it, or None (not yet)."""
+    run.target_step, run.target_tokens, run.target_sec, run.target_exact = (
+        (reached.step, reached.tokens_seen, reached.elapsed_sec, reached.exact) if reached else (None,) * 4)
 
 
 def record_sample(session: Session, run_id: int, sample: dict) -> None:
