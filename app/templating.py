@@ -15,6 +15,9 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
+from tinygpt.records import duration_text
+
+from .models.runs import FINISHED
 from .static_files import asset_version
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,6 +40,8 @@ def page_context(request: Request) -> dict[str, Any]:
 
 templates = Jinja2Templates(directory=ROOT / "templates", context_processors=[page_context])
 templates.env.globals["fmt"] = lambda v: "–" if v is None else f"{v:.4f}"
+templates.env.filters["duration"] = duration_text  # seconds as "1 h 51 min" (the library's words)
+templates.env.globals["finished"] = [s.value for s in FINISHED]
 templates.env.globals["asset_version"] = asset_version()  # our CSS and JavaScript, kept by browsers until it changes
 
 

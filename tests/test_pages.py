@@ -160,6 +160,36 @@ def test_compare_page_for_two_runs(site, page):
     shot(page, "compare")
 
 
+def imported_to_target(url: str, name: str, seconds_per_step: float) -> int:
+    """An imported run whose whole-split validation loss first reaches its target 4.0 at step 30."""
+    rows = [{"step": s, "train_loss": 4.6 - s / 100, "val_loss": 4.5 - s / 60, "lr": 1e-3, "tokens_per_sec": 1000.0,
+             "elapsed_sec": s * seconds_per_step, "tokens_seen": s * 8192, "epochs": 0.1, "peak_mem_mib": 100.0,
+             "val_loss_full": None if s < 20 else 4.5 - s / 60 - 0.01} for s in range(0, 50, 10)]
+    body = {"name": name, "device": "cpu", "config": {"preset": "tiny", "steps": 40, "target_val_loss": 4.0},
+            "metrics": rows}
+    return httpx.post(f"{url}/api/runs/import", json=body).json()["id"]
+
+
+def test_time_to_target_on_the_run_and_compare_pages(site, page):
+    slow = imported_to_target(site.url, "target slow", 3.0)
+    fast = imported_to_target(site.url, "target fast", 1.0)
+    page.goto(f"{site.url}/runs/{fast}")
+    assert page.inner_text("#target-line") == "reached 4 at step 30, 0.2M tokens, 30 s"
+    page.wait_for_function("window.runState && window.runState.loaded")
+    # the marker: one point of the "reached target" series, at step 30 on the validation curve; the target's line
+    drawn = page.evaluate("""() => { const d = runState.charts.loss.data;
+        return {marker: d[0].flatMap((x, i) => d[6][i] != null ? [[x, d[6][i]]] : []),
+                target: [...new Set(d[5])]}; }""")
+    assert drawn == {"marker": [[30, 4.0]], "target": [4.0]}
+    shot(page, "run-time-to-target")
+    page.goto(f"{site.url}/compare?ids={slow},{fast}")
+    row = page.locator("table.compare tr", has=page.locator("th", has_text="time-to-target speed-up")).locator("td")
+    assert row.all_inner_texts() == ["1.00x", "3.00x"]
+    times = page.locator("table.compare tr", has=page.locator("th", has_text="time to target")).locator("td")
+    assert times.all_inner_texts()[0] == "1 min 30 s (step 30, 4.0)"
+    shot(page, "compare-time-to-target")
+
+
 def test_runs_page_updates_live_and_works_at_phone_width(site, browser):
     import httpx
 

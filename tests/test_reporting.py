@@ -335,8 +335,11 @@ def import_csv(home, app: AppServer, path: Path, options: dict, device: str, nam
 
 def test_import_the_recorded_runs_and_export_them(dashboard):
     home, app = dashboard
-    h200 = import_csv(home, app, RUNS / "h200-holmes-1500-bf16.csv", H200_OPTIONS, "NVIDIA H200", "holmes H200 bf16")
-    cpu = import_csv(home, app, RUNS / "cpu-holmes-1500-fp32.csv", CPU_OPTIONS, "AMD EPYC, 2 cores", "holmes CPU fp32")
+    series = {"target_val_loss": 3.76}  # (this dashboard's holmes is a slice: no known target of its own)
+    h200 = import_csv(home, app, RUNS / "h200-holmes-1500-bf16.csv", {**H200_OPTIONS, **series}, "NVIDIA H200",
+                      "holmes H200 bf16")
+    cpu = import_csv(home, app, RUNS / "cpu-holmes-1500-fp32.csv", {**CPU_OPTIONS, **series}, "AMD EPYC, 2 cores",
+                     "holmes CPU fp32")
     modern = import_csv(home, app, RUNS / "cpu-holmes-modern-250-fp32.csv", {**CPU_OPTIONS, "arch": "modern"},
                         "AMD EPYC, 2 cores", "holmes modern CPU")
     code, _, stderr = here(home, "import", RUNS / "h200-holmes-1500-bf16.csv", "--url", app.url)
@@ -352,6 +355,12 @@ def test_import_the_recorded_runs_and_export_them(dashboard):
             assert api_rows(c, run_id) == [asdict(m) for m in read_metrics_csv(RUNS / name)]
         compared = c.get("/api/compare", params={"ids": f"{cpu},{h200}"}).json()
         assert compared["runs"][1]["speedup_vs_first"] > 100
+        # time to the series' 3.76, by the recorded estimates: both at step 1,250 (10.24M tokens)
+        to_target = [r["time_to_target"] for r in compared["runs"]]
+        assert [(t["step"], t["tokens"], t["exact"]) for t in to_target] == [(1250, 10_240_000, False)] * 2
+        assert compared["runs"][1]["target_speedup_vs_first"] == pytest.approx(22397.656 / 21.909, rel=1e-4)
+        assert compared["runs"][1]["target_tokens_vs_first"] == 1.0
+        assert compared["runs"][0]["target_speedup_vs_first"] == 1.0
         evals = {run_id: {r["step"]: r["val_loss"] for r in api_rows(c, run_id) if r["val_loss"] is not None}
                  for run_id in (cpu, h200)}
         assert compared["max_val_loss_gap"] == max(abs(evals[cpu][s] - evals[h200][s]) for s in evals[cpu])
@@ -364,9 +373,12 @@ def test_import_the_recorded_runs_and_export_them(dashboard):
         for run_id in (h200, cpu, modern):
             run, rows = c.get(f"/api/runs/{run_id}").json(), api_rows(c, run_id)
             mine = [r for r in lines if r["run_id"] == run_id]
+            target = run["time_to_target"] or {}
             assert mine == [{"run_id": run_id, "name": run["name"], "device": run["device"], "precision": run["precision"],
+                             "target_val_loss": run["target_val_loss"], "target_step": target.get("step"),
+                             "target_sec": target.get("seconds"),
                              **{k: r[k] for k in ("step", "train_loss", "val_loss", "lr", "tokens_per_sec", "tokens_seen",
-                                                  "elapsed_sec")}} for r in rows]
+                                                  "elapsed_sec", "val_loss_full")}, "val_bpb": None} for r in rows]
             assert [(float(r["train_loss"]), r["val_loss"] and float(r["val_loss"])) for r in table
                     if r["run_id"] == str(run_id)] == [(r["train_loss"], r["val_loss"] or "") for r in rows]
         assert len(table) == len(lines) == sum(len(api_rows(c, i)) for i in (h200, cpu, modern))

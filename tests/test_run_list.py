@@ -42,6 +42,13 @@ OVERLAPS_JS = """() => {
 }"""
 
 
+def target_fields(i: int) -> dict:
+    """Every run has a target of 4.6; a third reach it, run 3 fastest (61 s), then 9, 15, ... (2 s more each)."""
+    reached = i % 3 == 0 and i > 0
+    return {"target_val_loss": 4.6, "target_step": 300 if reached else None, "target_tokens": 300 * 2048 if reached
+            else None, "target_sec": 60.0 + i / 3 if reached else None, "target_exact": True if reached else None}
+
+
 def fill_database(home: Home) -> None:
     """10,000 finished runs, then the ones a person looks at first: long names, running, failed, from two workers."""
     from app.db import init_db, session_scope
@@ -54,7 +61,8 @@ def fill_database(home: Home) -> None:
     now = utcnow()
     rows = [dict(name=f"run {i}", kind="train", status="succeeded", config=config, requested_device="cpu",
                  device="cpu", precision="fp32", attempt=1, cancel_requested=False, created_at=now, last_step=400,
-                 best_val_loss=4.5 + (i % 100) / 100, tags=[], notes="", worker="lab-pc:4242", worker_host="lab-pc")
+                 best_val_loss=4.5 + (i % 100) / 100, tags=[], notes="", worker="lab-pc:4242", worker_host="lab-pc",
+                 **target_fields(i))
             for i in range(RUNS - 4)]
     with session_scope(settings) as s:
         s.execute(insert(Run), rows)
@@ -92,6 +100,28 @@ def test_no_cell_overlaps_another(crowded, browser, width):
     assert "out of memory on cpu at batch_size 4096" in failed.inner_text()
     assert page.evaluate(OVERLAPS_JS) == []
     shot(page, f"run-list-{width}")
+    assert page.js_errors == []
+    page.context.close()
+
+
+def test_sorts_by_time_to_target_and_pages_in_that_order(crowded, browser):
+    page = open_page(browser, viewport={"width": 1400, "height": 900})
+    page.goto(f"{crowded.url}/")
+    page.click("th a[data-sort=time_to_target]")
+    page.wait_for_function("document.querySelector('#runs-sort').value === 'time_to_target'")
+    names = page.locator("table.runs tbody td.name a").all_inner_texts()
+    assert names[:3] == ["run 3", "run 6", "run 9"]
+    assert page.locator("table.runs tbody td.to-target").all_inner_texts()[:2] == ["1 min 1 s", "1 min 2 s"]
+    assert page.get_attribute("th:has(a[data-sort=time_to_target])", "aria-sort") == "ascending"
+    shot(page, "run-list-by-time-to-target")
+    page.click("text=Older runs")  # the next page keeps the order
+    page.wait_for_function("document.querySelector('#runs-count').textContent.startsWith('runs 51–100')")
+    assert page.locator("table.runs tbody td.name a").first.inner_text() == "run 153"
+    page.click("th a[data-sort=newest]")
+    page.wait_for_function("document.querySelector('#runs-count').textContent.startsWith('runs 1–50')")
+    cells = page.locator("table.runs tbody td.to-target").all_inner_texts()
+    # the four runs without a target, then runs 9995 and 9994 (finished, never reached) and 9993 (3,391 s)
+    assert cells[:7] == ["–"] * 4 + ["not reached"] * 2 + ["56 min 31 s"]
     assert page.js_errors == []
     page.context.close()
 

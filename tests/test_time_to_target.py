@@ -117,15 +117,20 @@ def report(client, run_id: int, *items: tuple[str, dict]) -> None:  # noqa: ANN0
     assert client.post(f"/api/runs/{run_id}/report", json=body).json()["applied_seq"] == report.seq - 1
 
 
-def log_lines(client, run_id: int) -> list[str]:  # noqa: ANN001
+def event_data(client, run_id: int, kind: str) -> list[dict]:  # noqa: ANN001
+    """The data of the run's events of that kind, in order (from the app's database)."""
     from sqlmodel import select
 
     from app.db import session_scope
-    from app.models import Event, EventType
+    from app.models import Event
 
     with session_scope(client.app.state.settings) as s:
-        return [e.data["message"] for e in s.exec(select(Event).where(Event.run_id == run_id,
-                                                                     Event.type == EventType.log))]
+        return [e.data for e in s.exec(select(Event).where(Event.run_id == run_id, Event.type == kind)
+                                        .order_by(Event.id))]
+
+
+def log_lines(client, run_id: int) -> list[str]:  # noqa: ANN001
+    return [data["message"] for data in event_data(client, run_id, "log")]
 
 
 report.seq = 1
@@ -143,8 +148,10 @@ def test_the_api_shows_when_a_reported_run_reached_its_target_and_forgets_it_on_
            ("metric", eval_row(30, 3.98, 3.99)), ("metric", eval_row(40, 3.9)))
     shown = client.get(f"/api/runs/{run['id']}").json()
     assert shown["target_val_loss"] == 4.0 and shown["val_bytes_per_token"] == 3.0
-    assert shown["time_to_target"] == {"step": 30, "tokens": 30 * 8192, "seconds": 45.0, "exact": True}
+    assert shown["time_to_target"] == {"step": 30, "tokens": 30 * 8192, "seconds": 45.0, "exact": True,
+                                       "line": "reached 4 at step 30, 0.2M tokens, 45 s"}
     assert "reached 4 at step 30, 0.2M tokens, 45 s" in log_lines(client, run["id"])
+    assert event_data(client, run["id"], "target") == [{"target": 4.0, **shown["time_to_target"]}]
     # a resume from step 20 (its last checkpoint) trains steps 21-30 again: the target is reached anew
     report(client, run["id"], ("start", {**START, "start_step": 20, "resumed": True}))
     assert client.get(f"/api/runs/{run['id']}").json()["time_to_target"] is None
@@ -172,8 +179,59 @@ def test_an_imported_holmes_run_reaches_the_series_target_by_its_estimates(make_
     run = client.post("/api/runs/import", json=body).json()
     assert run["target_val_loss"] == 3.76
     assert run["time_to_target"] == {"step": 1250, "tokens": 10_240_000, "seconds": pytest.approx(22397.66),
-                                     "exact": False}
+                                     "exact": False,
+                                     "line": "reached 3.76 at step 1,250, 10.2M tokens, 6 h 13 min (by the 20-batch "
+                                             "estimate)"}
     other = client.post("/api/runs/import", json={**body, "config": {**body["config"], "target_val_loss": 3.8}})
     assert other.json()["time_to_target"]["step"] == 1000
     none = client.post("/api/runs/import", json={**body, "config": {**body["config"], "target_val_loss": 0}})
     assert (none.json()["target_val_loss"], none.json()["time_to_target"]) == (None, None)
+
+
+def imported(client, name: str, fulls: list[float | None], target: float | None = 4.0) -> int:  # noqa: ANN001
+    """An imported run whose evaluations at steps 10, 20, ... measured these whole-split losses."""
+    rows = [eval_row(10 * (i + 1), (full or 4.5) + 0.01, full) for i, full in enumerate(fulls)]
+    config = {"preset": "tiny", "steps": 10 * len(fulls), **({"target_val_loss": target} if target is not None else {})}
+    return client.post("/api/runs/import", json={"name": name, "device": "cpu", "config": config,
+                                                 "metrics": rows}).json()["id"]
+
+
+def test_the_run_list_sorts_by_time_to_target_then_the_runs_that_never_reached_it(make_app):
+    client = make_app()
+    slow = imported(client, "slow", [4.2, 4.1, 3.9])  # reached at step 30: 45 s
+    never = imported(client, "never", [4.3, 4.2])
+    fast = imported(client, "fast", [4.1, 3.95])  # step 20: 30 s
+    untargeted = imported(client, "no target", [4.2], target=0)
+    by_target = client.get("/api/runs", params={"sort": "time_to_target"}).json()["items"]
+    assert [r["id"] for r in by_target] == [fast, slow, untargeted, never]  # then the newest first
+    assert [r["time_to_target"] and r["time_to_target"]["seconds"] for r in by_target] == [30.0, 45.0, None, None]
+    by_loss = client.get("/api/runs", params={"sort": "best_val_loss"}).json()["items"]
+    assert [r["id"] for r in by_loss] == [slow, fast, untargeted, never]  # best estimates 3.91, 3.96, 4.21, 4.31
+    refused = client.get("/api/runs", params={"sort": "fastest"})
+    assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["query", "sort"]
+    table = client.get("/partials/runs", params={"sort": "time_to_target"}).text
+    assert table.index("#" + str(fast)) < table.index("#" + str(slow)) < table.index("#" + str(never))
+    assert '<span title="4.0 reached at step 20, 163,840 tokens">30 s</span>' in table
+    assert 'title="target 4.0">not reached</span>' in table
+    assert 'aria-sort="ascending" title="training time until' in table
+
+
+def test_time_to_target_as_a_sweep_objective(make_app):
+    from app.models import Run
+    from app.services.sweeps import NEVER_REACHED_SEC, objective
+
+    assert objective(None, Run(name="r", config={}, target_sec=12.5, best_val_loss=3.7), "time_to_target") == 12.5
+    unreached = objective(None, Run(name="r", config={}, best_val_loss=3.9), "time_to_target")
+    assert unreached == NEVER_REACHED_SEC + 3.9 > objective(None, Run(name="r", config={}, target_sec=9e8),
+                                                            "time_to_target")
+    assert objective(None, Run(name="r", config={}), "time_to_target") is None
+
+    client = make_app()  # its holmes is a slice of the corpus: no known target
+    body = {"method": "grid", "metric": {"name": "time_to_target"}, "parameters": {"lr": {"values": [1e-3]}},
+            "base": {"preset": "tiny", "device": "cpu", "steps": 2}}
+    refused = client.post("/api/sweeps", json=body)
+    assert refused.status_code == 422
+    assert refused.json()["detail"][0]["msg"] == ("metric time_to_target needs a target: set target_val_loss in "
+                                                  "base (dataset 'holmes' has no known one)")
+    body["base"]["target_val_loss"] = 5.0
+    assert client.post("/api/sweeps", json=body).status_code == 201

@@ -195,9 +195,26 @@ class TargetReached:
         return None
 
     def line(self) -> str:
-        """e.g. "reached 3.76 at step 1,120, 9.2M tokens, 1 h 51 min"."""
-        return (f"reached {self.target:g} at step {self.step:,}, {self.tokens_seen / 1e6:.1f}M tokens, "
-                f"{duration_text(self.elapsed_sec)}{'' if self.exact else ' (by the 20-batch estimate)'}")
+        return reached_line(self.target, self.step, self.tokens_seen, self.elapsed_sec, exact=self.exact)
+
+
+def reached_line(target: float, step: int, tokens_seen: int, elapsed_sec: float, *, exact: bool = True) -> str:
+    """What reaching a target is called everywhere.
+
+    >>> reached_line(3.76, 1120, 9_175_040, 6660)
+    'reached 3.76 at step 1,120, 9.2M tokens, 1 h 51 min'
+    """
+    return (f"reached {target:g} at step {step:,}, {tokens_seen / 1e6:.1f}M tokens, {duration_text(elapsed_sec)}"
+            f"{'' if exact else ' (by the 20-batch estimate)'}")
+
+
+def unreached_line(target: float, *, finished: bool) -> str:
+    """A target not reached (yet).
+
+    >>> unreached_line(3.76, finished=False)
+    'target 3.76: not reached yet'
+    """
+    return f"target {target:g}: not reached{'' if finished else ' yet'}"
 
 
 def duration_text(seconds: float) -> str:

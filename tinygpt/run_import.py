@@ -80,7 +80,10 @@ def import_payload(path: Path, *, config_arg: str | None = None, device_name: st
         "precision": resolved.get("precision") or config.precision,
         "params": resolved.get("params") or config.model_config().num_params,
         "config": {**{k: v for k, v in config.to_dict().items() if k not in ("corpus", "device")},
-                   "dataset": resolved["dataset"]},
+                   "dataset": resolved["dataset"],
+                   # the target its trainer resolved (config.json of this version): the one it measured against
+                   **({"target_val_loss": resolved["target_val_loss"] or 0} if "target_val_loss" in resolved else {})},
+        "val_bytes_per_token": resolved.get("val_bytes_per_token"),
         "status": "succeeded" if finished else "cancelled",
         "error": None if finished else f"imported: its metrics end at step {last} of {config.steps}",
         "metrics": [asdict(m) for m in rows],

@@ -26,6 +26,7 @@ from ..models import (
     MetricPublic,
     RunCreate,
     RunPublic,
+    RunSort,
     RunsPage,
     RunStatus,
     RunUpdate,
@@ -62,11 +63,13 @@ async def list_runs(
     group: Annotated[str | None, Query(max_length=50)] = None,
     worker: Annotated[str | None, Query(max_length=200, description="a worker's name or host")] = None,
     stalled: Annotated[bool, Query(description="only runs that are stalled (running, no step for too long)")] = False,
+    sort: Annotated[RunSort, Query(description="newest first, or the lowest best_val_loss or the shortest "
+                                   "time_to_target (training seconds) first, runs without one last")] = RunSort.newest,
     offset: Annotated[int, Query(ge=0, le=MAX_INT64)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> RunsPage:
     return svc.list_runs(session, status=status, device=device, tag=tag, group=group, worker=worker, stalled=stalled,
-                         offset=offset, limit=limit)
+                         sort=sort, offset=offset, limit=limit)
 
 
 @router.get("/{run_id}", response_model=RunPublic)

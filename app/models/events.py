@@ -24,6 +24,7 @@ class EventType(enum.StrEnum):
     alert = "alert"  # something to tell people (``Alert``): the webhooks' outbox
     stall = "stall"  # a run stalled (``stalled``: true) or moves again (false)
     overfit = "overfit"  # at each evaluation: the best one, and since when the run overfits (None: it does not)
+    target = "target"  # a run reached its target validation loss: its time_to_target (RunPublic's)
 
 
 

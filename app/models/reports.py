@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     ConfigDict,
@@ -40,6 +40,11 @@ class MetricIn(MetricBase):
             if not 0 <= getattr(self, name) <= top:
                 raise PydanticCustomError("value_error", f"{name} must be in [0, {top}], got {getattr(self, name)}")
         return self
+
+
+def bytes_per_token_field() -> Any:
+    """A trainer's ``val_bytes_per_token`` (its validation text's bytes per token, for bits per byte)."""
+    return Field(default=None, gt=0, le=1024, description="its validation text's bytes per token (bits per byte)")
 
 
 class SampleIn(InputModel):
@@ -83,8 +88,7 @@ class ResolvedIn(InputModel):
     start_step: int = Field(default=0, ge=0, le=MAX_INT32)
     resumed: bool = False
     target_val_loss: float | None = Field(default=None, ge=0, le=100, description="the target its trainer resolved")
-    val_bytes_per_token: float | None = Field(default=None, gt=0, le=1024, description="its validation text's "
-                                              "bytes per token")
+    val_bytes_per_token: float | None = bytes_per_token_field()
 
     @field_validator("precision")
     @classmethod
@@ -142,6 +146,7 @@ class RunImport(ReportedRunBase):
     status: Literal[RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled] = RunStatus.succeeded
     error: str | None = Field(default=None, max_length=5000)
     metrics: list[MetricIn] = Field(min_length=1, max_length=1_000_000)
+    val_bytes_per_token: float | None = bytes_per_token_field()
     samples: list[SampleIn] = Field(default_factory=list, max_length=1000)
 
     @field_validator("precision")

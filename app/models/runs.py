@@ -21,6 +21,7 @@ from sqlmodel import Field, SQLModel
 
 from tinygpt.device_names import check_device_name
 from tinygpt.options import Option
+from tinygpt.records import reached_line
 from tinygpt.run_config import OPTIONS, TrainConfig
 
 from ..redaction import shown_config
@@ -52,6 +53,14 @@ class RunOrigin(enum.StrEnum):
     dashboard = "dashboard"  # queued here, trained by a worker
     reported = "reported"  # trained elsewhere by `tinygpt train --report-to`, streamed here as it trains
     imported = "imported"  # a finished run folder or metrics CSV, brought in by `tinygpt import`
+
+
+class RunSort(enum.StrEnum):
+    """Orders of the run list: the newest first, or the best first by a figure (runs without it last)."""
+
+    newest = "newest"
+    best_val_loss = "best_val_loss"
+    time_to_target = "time_to_target"  # training seconds to the target
 
 
 class RunKind(enum.StrEnum):
@@ -243,6 +252,7 @@ class TimeToTarget(SQLModel):
     seconds: float = Field(description="training seconds to that evaluation (evaluations and samples excluded)")
     exact: bool = Field(description="judged by the whole validation split (false: by the 20-batch estimate, for "
                         "rows that never measured it)")
+    line: str = Field(description='in words, e.g. "reached 3.76 at step 1,120, 9.2M tokens, 1 h 51 min"')
 
 
 class RunPublic(SQLModel):
@@ -292,9 +302,11 @@ class RunPublic(SQLModel):
         # progress: training steps, or for a benchmark the number of cells (known once it starts)
         data["steps"] = int(run.config.get("cells" if run.kind == RunKind.benchmark else "steps", 0))
         data["has_checkpoint"] = bool(run.checkpoint_path)
-        data["time_to_target"] = None if run.target_step is None else \
-            {"step": run.target_step, "tokens": run.target_tokens, "seconds": run.target_sec,
-             "exact": bool(run.target_exact)}
+        data["time_to_target"] = None if run.target_step is None else {
+            "step": run.target_step, "tokens": run.target_tokens, "seconds": run.target_sec,
+            "exact": bool(run.target_exact), "line": reached_line(run.target_val_loss or 0, run.target_step,
+                                                                  run.target_tokens or 0, run.target_sec or 0,
+                                                                  exact=bool(run.target_exact))}
         data["best_val_bpb"] = bits_per_byte(run.best_val_loss, run.val_bytes_per_token)
         return cls.model_validate(data)
 

@@ -39,6 +39,8 @@ SWEEP_METRICS = {  # the objective, always minimised
     "val_loss": "the best validation loss of the run",
     "final_val_loss": "the validation loss at the run's last evaluation",
     "train_loss": "the training loss at the run's last evaluation",
+    "time_to_target": "training seconds until the validation loss first reached the run's target_val_loss (a "
+                      "trial that never reaches it ranks after every one that does, the closer first)",
 }
 PARAMETER_DISTRIBUTIONS = ("categorical", "constant", "uniform", "int_uniform", "log_uniform_values", "q_uniform")
 EARLY_TERMINATE = ("hyperband", "median")
@@ -47,14 +49,14 @@ EARLY_TERMINATE = ("hyperband", "median")
 class SweepMetric(InputModel):
     name: Annotated[str, one_of("metric", SWEEP_METRICS)] = Field(
         default="val_loss", description=", ".join(f"{k}: {v}" for k, v in SWEEP_METRICS.items()))
-    goal: str = Field(default="minimize", description="losses are minimised")
+    goal: str = Field(default="minimize", description="losses and times are minimised")
 
 
     @field_validator("goal")
     @classmethod
     def _minimise(cls, v: str) -> str:
         if v != "minimize":
-            raise ValueError("goal must be 'minimize': the metrics are losses")
+            raise ValueError("goal must be 'minimize': the metrics are losses and times")
         return v
 
 

@@ -26,12 +26,13 @@ def run_figures(session: Session, run: Run, evals: list[MetricPublic]) -> dict:
     last_elapsed = session.exec(select(Metric.elapsed_sec).where(Metric.run_id == run.id)
                                 .order_by(col(Metric.step).desc()).limit(1)).first()
     peak_mem = session.exec(select(func.max(Metric.peak_mem_mib)).where(Metric.run_id == run.id)).one()
+    public = RunPublic.of(run)
     return {
         "id": run.id,
         "name": run.name,
         "device": run.device or run.requested_device,
         "device_name": (run.device_info or {}).get("name"),
-        "worker": RunPublic.of(run).worker.model_dump() if run.worker else None,
+        "worker": public.worker.model_dump() if run.worker else None,
         "origin": run.origin,
         "host": run.worker_host,
         "precision": run.precision,
@@ -43,7 +44,22 @@ def run_figures(session: Session, run: Run, evals: list[MetricPublic]) -> dict:
         "tokens_per_sec": run_rate(session, run),
         "training_sec": last_elapsed,
         "peak_mem_mib": peak_mem,
+        "best_val_bpb": public.best_val_bpb,
+        "target_val_loss": run.target_val_loss,
+        "time_to_target": public.time_to_target.model_dump() if public.time_to_target else None,
     }
+
+
+def target_ratios(summaries: list[dict]) -> None:
+    """Each run's time and tokens to target against the first run's (the series' speed-up: time to the same
+    loss): ``target_speedup_vs_first`` = first's seconds / this run's, ``target_tokens_vs_first`` = this run's
+    tokens / first's. None where either has not reached it, or their targets differ."""
+    first = summaries[0]
+    for s in summaries:
+        same = s["target_val_loss"] == first["target_val_loss"] and first["time_to_target"] and s["time_to_target"]
+        mine, theirs = (s["time_to_target"], first["time_to_target"]) if same else ({}, {})
+        s["target_speedup_vs_first"] = theirs["seconds"] / mine["seconds"] if same and mine["seconds"] else None
+        s["target_tokens_vs_first"] = mine["tokens"] / theirs["tokens"] if same and theirs["tokens"] else None
 
 def compare_runs(session: Session, *, ids: list[int]) -> dict:
     """Aligned metrics, final/best values, tok/s ratios and the largest gap between loss curves."""
@@ -59,6 +75,7 @@ def compare_runs(session: Session, *, ids: list[int]) -> dict:
     base = summaries[0]["tokens_per_sec"]
     for s in summaries:
         s["speedup_vs_first"] = s["tokens_per_sec"] / base if base and s["tokens_per_sec"] else None
+    target_ratios(summaries)
 
     val_by_run = [{m.step: m for m in evals[r.id]} for r in runs]
     shared = sorted(set.intersection(*(set(v) for v in val_by_run)))

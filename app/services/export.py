@@ -14,12 +14,13 @@ from sqlmodel import Session, col, select
 from ..db import session_scope
 from ..errors import Invalid
 from ..models import MAX_INT64, Metric
+from ..models.runs import bits_per_byte
 from ..settings import Settings
 from .runs import get_run
 
-RUN_COLUMNS = ["run_id", "name", "device", "precision"]
-ROW_COLUMNS = ["step", "train_loss", "val_loss", "lr", "tokens_per_sec", "tokens_seen", "elapsed_sec"]
-EXPORT_COLUMNS = RUN_COLUMNS + ROW_COLUMNS
+RUN_COLUMNS = ["run_id", "name", "device", "precision", "target_val_loss", "target_step", "target_sec"]
+ROW_COLUMNS = ["step", "train_loss", "val_loss", "lr", "tokens_per_sec", "tokens_seen", "elapsed_sec", "val_loss_full"]
+EXPORT_COLUMNS = RUN_COLUMNS + ROW_COLUMNS + ["val_bpb"]  # val_bpb: val_loss in bits per byte of text
 EXPORT_FORMATS = ("csv", "jsonl")
 MAX_RUNS = 100
 PAGE_ROWS = 5000
@@ -41,17 +42,19 @@ def parse_run_ids(values: list[str]) -> list[int]:
     return ids
 
 
-def export_runs(session: Session, *, ids: list[int]) -> list[dict]:
-    """Each run's columns of the table (404 for an unknown run, before anything is streamed)."""
+def export_runs(session: Session, *, ids: list[int]) -> list[tuple[dict, float | None]]:
+    """Each run's columns of the table and its validation bytes per token (404 for an unknown run, before
+    anything is streamed)."""
     runs = [get_run(session, run_id=i) for i in ids]
-    return [{"run_id": r.id, "name": r.name, "device": r.device or r.requested_device, "precision": r.precision}
-            for r in runs]
+    return [({"run_id": r.id, "name": r.name, "device": r.device or r.requested_device, "precision": r.precision,
+              "target_val_loss": r.target_val_loss, "target_step": r.target_step, "target_sec": r.target_sec},
+             r.val_bytes_per_token) for r in runs]
 
 
-def export_rows(settings: Settings, runs: list[dict]) -> Iterator[dict]:
+def export_rows(settings: Settings, runs: list[tuple[dict, float | None]]) -> Iterator[dict]:
     """The rows, run by run and step by step, read a page at a time (keyset on the step)."""
     columns = [col(getattr(Metric, c)) for c in ROW_COLUMNS]
-    for run in runs:
+    for run, bytes_per_token in runs:
         after = (-1, 0)
         while True:
             with session_scope(settings) as session:
@@ -60,7 +63,8 @@ def export_rows(settings: Settings, runs: list[dict]) -> Iterator[dict]:
                     .where((col(Metric.step) > after[0]) | ((col(Metric.step) == after[0]) & (col(Metric.id) > after[1])))
                     .order_by(col(Metric.step), col(Metric.id)).limit(PAGE_ROWS)).all()
             for row in page:
-                yield {**run, **dict(zip(ROW_COLUMNS, row[:-1], strict=True))}
+                values = dict(zip(ROW_COLUMNS, row[:-1], strict=True))
+                yield {**run, **values, "val_bpb": bits_per_byte(values["val_loss"], bytes_per_token)}
             if len(page) < PAGE_ROWS:
                 break
             after = (page[-1][0], page[-1][-1])
@@ -71,7 +75,7 @@ def as_csv(rows: Iterator[dict]) -> Iterator[str]:
     writer = csv.DictWriter(buf, fieldnames=EXPORT_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for i, row in enumerate(rows, 1):
-        writer.writerow({**row, "val_loss": "" if row["val_loss"] is None else row["val_loss"]})
+        writer.writerow(row)  # None: an empty cell
         if i % 1000 == 0:
             yield buf.getvalue()
             buf.seek(0)

@@ -170,6 +170,7 @@ def import_run(session: Session, *, body: RunImport, settings: Settings) -> Run:
                             best_step=best["step"] if best else None)
     session.execute(insert(Metric), [{"run_id": run.id, **r} for r in rows])
     run.target_val_loss = dataset_target(session, name=body.config.dataset, configured=body.config.target_val_loss)
+    run.val_bytes_per_token = body.val_bytes_per_token
     set_target(run, TargetReached.first([StepMetrics(**r) for r in rows], run.target_val_loss))
     rebuild_blocks(session, run_id=run.id)
     for sample in body.samples:

@@ -9,9 +9,10 @@ from pathlib import Path
 from sqlalchemy import delete
 from sqlmodel import Session, col
 
-from tinygpt.records import StepMetrics, TargetReached
+from tinygpt.records import StepMetrics, TargetReached, unreached_line
 
-from ..models import Alert, EventType, Metric, Run, Sample
+from ..models import Alert, EventType, Metric, Run, RunPublic, Sample
+from ..models.runs import bits_per_byte
 from ..settings import Settings
 from .alerts import has_alert, raise_alert
 from .events import record_event
@@ -37,9 +38,11 @@ def record_start(session: Session, run: Run, info: dict) -> None:
     run.last_step = start
     session.add(run)
     verb = f"resumed at step {start}" if info["resumed"] else "started"
+    target = run.target_val_loss
     record_event(session, run_id=run.id, type=EventType.resolved,
                  data={"device": info["device"], "device_info": info["device_info"], "precision": info["precision"],
-                       "params": info["params"], "start_step": start})
+                       "params": info["params"], "start_step": start, "target_val_loss": target,
+                       "target_line": unreached_line(target, finished=False) if target else None})
     record_event(session, run_id=run.id, type=EventType.log,
                  data={"message": f"{verb} on {info['device']} ({info['device_info'].get('name')}), "
                                   f"{info['precision']}, {info['params']:,} parameters"})
@@ -72,6 +75,8 @@ def record_target(session: Session, run: Run, row: StepMetrics) -> None:
         return
     set_target(run, reached)
     session.add(run)
+    record_event(session, run_id=run.id, type=EventType.target,
+                 data={"target": reached.target, **RunPublic.of(run).time_to_target.model_dump()})
     record_event(session, run_id=run.id, type=EventType.log, data={"message": reached.line()})
 
 
@@ -92,6 +97,7 @@ def record_best_checkpoint(session: Session, run: Run, *, path: Path, step: int,
     run.best_val_loss = val_loss
     run.best_step = step
     session.add(run)
-    record_event(session, run_id=run.id, type=EventType.best_checkpoint, data={"step": step, "val_loss": val_loss})
+    record_event(session, run_id=run.id, type=EventType.best_checkpoint,
+                 data={"step": step, "val_loss": val_loss, "val_bpb": bits_per_byte(val_loss, run.val_bytes_per_token)})
     record_event(session, run_id=run.id, type=EventType.log,
                  data={"message": f"best checkpoint at step {step} (val {val_loss:.4f})"})

@@ -20,6 +20,7 @@ from ..models import (
     MetricBlock,
     Run,
     RunPublic,
+    RunSort,
     RunsPage,
     RunStatus,
     RunUpdate,
@@ -59,13 +60,14 @@ def list_runs(
     group: str | None = None,
     worker: str | None = None,
     stalled: bool = False,
+    sort: RunSort = RunSort.newest,
     offset: int = 0,
     limit: int = 50,
 ) -> RunsPage:
-    """One page of runs, newest first; ``worker`` matches a worker's name or its host; ``stalled``: only
+    """One page of runs in ``sort``'s order; ``worker`` matches a worker's name or its host; ``stalled``: only
     the running runs that are stalled."""
     stmt = runs_query(status=bool(status), device=bool(device), group=bool(group), worker=bool(worker),
-                      stalled=stalled)
+                      stalled=stalled, sort=sort)
     params = {"status": status, "device": device, "group": group, "worker": worker, "offset": offset, "limit": limit}
     if tag:  # tags are a JSON list: filtered here, portable across SQLite and PostgreSQL
         runs = [r for r in session.exec(stmt, params=params) if tag in (r.tags or [])]
@@ -77,9 +79,10 @@ def list_runs(
 
 
 @lru_cache
-def runs_query(*, status: bool, device: bool, group: bool, worker: bool, stalled: bool = False) -> Select:
-    """Runs, newest first, with the filters asked for as parameters (``status``, ``device``, ``group``,
-    ``worker``) and ``stalled`` (no parameter)."""
+def runs_query(*, status: bool, device: bool, group: bool, worker: bool, stalled: bool = False,
+               sort: RunSort = RunSort.newest) -> Select:
+    """Runs in ``sort``'s order (ties: newest first), with the filters asked for as parameters (``status``,
+    ``device``, ``group``, ``worker``) and ``stalled`` (no parameter)."""
     stmt = select(Run)
     if stalled:
         stmt = stmt.where(col(Run.stalled_at).is_not(None))
@@ -91,7 +94,9 @@ def runs_query(*, status: bool, device: bool, group: bool, worker: bool, stalled
         stmt = stmt.where(Run.group_id == bindparam("group"))
     if worker:
         stmt = stmt.where((Run.worker == bindparam("worker")) | (Run.worker_host == bindparam("worker")))
-    return stmt.order_by(col(Run.id).desc())
+    figure = {RunSort.best_val_loss: Run.best_val_loss, RunSort.time_to_target: Run.target_sec}.get(sort)
+    first = [col(figure).is_(None), col(figure).asc()] if figure is not None else []  # runs without it last
+    return stmt.order_by(*first, col(Run.id).desc())
 
 
 @lru_cache

@@ -41,6 +41,7 @@ from ..redaction import shown_config
 from ..settings import Settings
 from . import study as studies
 from .alerts import raise_alert
+from .datasets import dataset_target
 from .events import record_event
 from .files import remove_file, run_disk_bytes
 from .lifecycle import add_runs, cancel_run, check_run
@@ -152,6 +153,10 @@ def parse_sweep_text(text: str) -> SweepCreate:
 def create_sweep(session: Session, *, body: SweepCreate, settings: Settings) -> Sweep:
     base = check_sweep(body)
     check_run(session, body=base, settings=settings)
+    if body.metric.name == "time_to_target" and dataset_target(session, name=base.dataset,
+                                                                configured=base.target_val_loss) is None:
+        raise Invalid(f"metric time_to_target needs a target: set target_val_loss in base (dataset "
+                      f"{base.dataset!r} has no known one)", field="metric")
     config = sweep_config(body)
     config["base"] = base.model_dump(mode="json", exclude={"name", "tags"})
     sweep = Sweep(name=body.name or f"{body.method} sweep of {', '.join(body.parameters)}", config=config,
@@ -220,9 +225,18 @@ def add_trial(session: Session, sweep: Sweep, study: Any, settings: Settings) ->
     return run
 
 
+#: ``time_to_target`` of a trial that never reached its target: this plus its best validation loss, so it
+#: ranks after every trial that did (no run trains for 30 years), the closer to the target first.
+NEVER_REACHED_SEC = 1e9
+
+
 def objective(session: Session, run: Run, metric: str) -> float | None:
     if metric == "val_loss":
         return run.best_val_loss
+    if metric == "time_to_target":
+        if run.target_sec is not None:
+            return run.target_sec
+        return None if run.best_val_loss is None else NEVER_REACHED_SEC + run.best_val_loss
     last = session.exec(select(Metric).where(Metric.run_id == run.id, col(Metric.val_loss).is_not(None))
                         .order_by(col(Metric.step).desc()).limit(1)).first()
     if last is None:

@@ -11,10 +11,21 @@ from starlette.concurrency import run_in_threadpool
 
 from tinygpt.options import GROUPS, Option
 from tinygpt.presets import PRESETS, list_presets
+from tinygpt.records import unreached_line
 
 from ..deps import RunId, SessionDep, SettingsDep
 from ..errors import AppError
-from ..models import TRAINING_OPTIONS, Alert, BenchmarkCreate, RunCreate, RunKind, RunPublic, RunStatus
+from ..models import (
+    FINISHED,
+    TRAINING_OPTIONS,
+    Alert,
+    BenchmarkCreate,
+    RunCreate,
+    RunKind,
+    RunPublic,
+    RunSort,
+    RunStatus,
+)
 from ..redaction import shown_config
 from ..security import may_query_model
 from ..services import benchmarks as bench_svc
@@ -74,8 +85,8 @@ def runs_context(session: SessionDep, filters: RunFilters) -> dict:
     status_enum = RunStatus(filters.status) if filters.status in RunStatus.__members__ else None
     offset = (filters.page - 1) * RUNS_PER_PAGE
     page = svc.list_runs(session, status=status_enum, device=filters.device or None, tag=filters.tag or None,
-                         worker=filters.worker or None, stalled=filters.status == STALLED, offset=offset,
-                         limit=RUNS_PER_PAGE)
+                         worker=filters.worker or None, stalled=filters.status == STALLED, sort=filters.sort,
+                         offset=offset, limit=RUNS_PER_PAGE)
     return {
         "runs": page.items,
         "total": page.total,
@@ -96,6 +107,7 @@ class RunFilters(BaseModel):
     device: str | None = Field(default=None, max_length=50)
     tag: str | None = Field(default=None, max_length=50)
     worker: str | None = Field(default=None, max_length=200)
+    sort: RunSort = RunSort.newest
     page: int = Field(default=1, ge=1, le=10**9)
 
 
@@ -191,7 +203,9 @@ def run_page(run_id: RunId, request: Request, session: SessionDep) -> Response:
     return render(request, "run.html", nav="runs", run=public,
                   run_json={**public.model_dump(mode="json"), "rendered_event_id": shown_up_to},
                   samples=svc.run_samples(session, run_id=run_id), config_rows=config_rows(public),
-                  can_query_model=may_query_model(request))
+                  can_query_model=may_query_model(request),
+                  target_waiting=unreached_line(run.target_val_loss, finished=run.status in FINISHED)
+                  if run.target_val_loss else None)
 
 
 def option_text(key: str, value: object, run: RunPublic) -> str:

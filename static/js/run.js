@@ -8,7 +8,8 @@ function setupRunPage() {
   const run = TG.readJSON("run-data");
   const $ = (id) => document.getElementById(id);
   // rows: the history (thinned past ~2 rows a pixel column) and every live row since; zoom: a range's rows
-  const state = { rows: [], lastEventId: 0, status: run.status, best: null, received: [], zoom: null, loaded: false };
+  const state = { rows: [], lastEventId: 0, status: run.status, best: null, received: [], zoom: null, loaded: false,
+    target: run.time_to_target, targetValue: run.target_val_loss }; // target: when the server says it was reached
   window.runState = state; // for tests and the curious
 
   // -- charts -------------------------------------------------------------------------------
@@ -25,6 +26,8 @@ function setupRunPage() {
       { label: "val", stroke: TG.palette[1], width: 2, spanGaps: true, points: { show: true, size: 5 } },
       { label: "gap (val − train)", stroke: TG.palette[4], fill: "rgba(212,136,6,0.15)", scale: "gap", spanGaps: true },
       { label: "best val", stroke: TG.palette[2], width: 0, points: { show: true, size: 11, fill: TG.palette[2] } },
+      { label: "target", stroke: TG.palette[7], width: 1, dash: [6, 4] },
+      { label: "reached target", stroke: TG.palette[6], width: 0, points: { show: true, size: 13, fill: TG.palette[6] } },
     ], { xLabel, xAxis, yLabel: "loss", log, scales: { gap: {} }, extraAxes: [{ scale: "gap", side: 1, label: "gap" }], onSelect: zoomTo });
     charts.tps = TG.chart($("tps-chart"), [{ label: "tok/s", stroke: TG.palette[3] }], { xLabel, xAxis, yValues: TG.siValues, onSelect: zoomTo });
     charts.mem = TG.chart($("mem-chart"), [{ label: "MiB", stroke: TG.palette[5] }], { xLabel, xAxis, yValues: TG.siValues, onSelect: zoomTo });
@@ -45,7 +48,10 @@ function setupRunPage() {
     const gap = rows.map((r) => (r.val_loss != null ? r.val_loss - r.train_loss : null));
     const bestStep = state.overfit ? state.overfit.best_step : null; // the server's verdict: the best evaluation
     const best = rows.map((r) => (r.step === bestStep && r.val_loss != null ? r.val_loss : null));
-    charts.loss.setData([xs, pick(train), pick(val), pick(gap), pick(best)]);
+    const targetLine = rows.map(() => state.targetValue ?? null);
+    const reachedStep = state.target ? state.target.step : null; // the server's: the first whole-split loss under it
+    const reached = rows.map((r) => (r.step === reachedStep && r.val_loss != null ? r.val_loss : null));
+    charts.loss.setData([xs, pick(train), pick(val), pick(gap), pick(best), pick(targetLine), pick(reached)]);
     state.drawnPoints = xs.length;
     const nonzero = rows.flatMap((r, i) => (r.tokens_per_sec > 0 ? [i] : []));
     const tIdx = nonzero.length > MAX_POINTS ? nonzero.filter((_, k) => k % Math.ceil(nonzero.length / MAX_POINTS) === 0) : nonzero;
@@ -174,10 +180,26 @@ function setupRunPage() {
       const d = JSON.parse(e.data);
       const name = d.device_info && d.device_info.name ? ` · ${d.device_info.name}` : "";
       $("device-desc").textContent = `${d.device}${name} · ${d.precision} · ${d.params.toLocaleString()} parameters`;
+      if (d.target_val_loss != null && state.targetValue == null) {
+        state.targetValue = d.target_val_loss;
+        $("target-line").textContent = d.target_line;
+        $("target-line").hidden = false;
+        redraw();
+      }
     });
     source.addEventListener("best_checkpoint", (e) => {
       if (!fresh(e)) return;
       $("ckpt-link").hidden = false;
+      const d = JSON.parse(e.data);
+      $("best-val").textContent = `best val ${d.val_loss.toFixed(4)} at step ${d.step}` +
+        (d.val_bpb != null ? ` · ${d.val_bpb.toFixed(3)} bits per byte` : "");
+    });
+    source.addEventListener("target", (e) => { // the run reached its target (time to target)
+      if (!fresh(e)) return;
+      state.target = JSON.parse(e.data);
+      $("target-line").textContent = state.target.line;
+      $("target-line").hidden = false;
+      redraw();
     });
     source.addEventListener("status", (e) => {
       if (!fresh(e)) return;
