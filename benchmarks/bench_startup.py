@@ -1,0 +1,112 @@
+"""Start-up of short runs, where the user sees it: a fresh ``tinygpt serve`` (the app and one worker, the product's
+own settings: warm job processes, its polling intervals), four 4-step tiny runs submitted one after another (each
+when the previous one has ended), on the Holmes corpus (tokenizer and encoded corpus made by a first run).
+
+For each run: submission -> its first metrics row readable in ``GET /api/runs/{id}/metrics`` (what the run page
+draws first), and submission -> its final status. Where the seconds go: the run's events (``created``, its
+``status`` running, ``resolved``, the first ``metric``, ``succeeded``), timed by the database's clock.
+
+    python -m benchmarks.bench_startup [--runs 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from app.settings import Settings
+
+from .common import ROOT, holmes_path
+
+sys.path.insert(0, str(ROOT))
+from tests.service_helpers import Home, Proc, free_port, wait_for  # noqa: E402
+
+FOUR_STEPS = {"preset": "tiny", "device": "cpu", "steps": 4, "name": "start-up"}
+#: The product's defaults for what the test homes tune (tests/service_helpers.py): a user's `tinygpt serve`.
+SERVED = {f"TINYGPT_{name.upper()}": str(Settings.model_fields[name].default)
+          for name in ("heartbeat_sec", "stale_after_sec", "worker_poll_sec", "event_poll_sec", "warm_jobs")}
+
+
+def serve(home: Home) -> tuple[Proc, str]:
+    port = free_port()
+    proc = Proc(["serve", "--port", str(port), "--devices", "cpu"], home, "serve")
+    url = f"http://127.0.0.1:{port}"
+    wait_for(lambda: httpx.get(f"{url}/healthz", timeout=1).status_code == 200, timeout=120, interval=0.1,
+             message="tinygpt serve answering")
+    return proc, url
+
+
+def timeline(c: httpx.Client, run_id: int) -> dict[str, float]:
+    """Seconds from the run's ``created`` event to its first ``running`` status, ``resolved``, first ``metric``
+    and its end (the events' database times: what the job did, not what a client saw)."""
+    from datetime import datetime
+
+    from sqlmodel import select
+
+    from app.db import session_scope
+    from app.models import Event
+
+    del c
+    marks: dict[str, float] = {}
+    with session_scope(SETTINGS) as s:
+        events = s.exec(select(Event).where(Event.run_id == run_id).order_by(Event.id)).all()
+    t0: datetime = events[0].created_at
+    for e in events:
+        name = e.data.get("status") if e.type == "status" else e.type
+        if name in ("running", "resolved", "metric", "succeeded") and name not in marks:
+            marks[name] = round((e.created_at - t0).total_seconds(), 3)
+    return marks
+
+
+def one_run(c: httpx.Client) -> dict:
+    t0 = time.perf_counter()
+    run_id = c.post("/api/runs", json=FOUR_STEPS).json()[0]["id"]
+    first_metric = end = None
+    while end is None:
+        now = time.perf_counter() - t0
+        if first_metric is None and c.get(f"/api/runs/{run_id}/metrics").json():
+            first_metric = now
+        if c.get(f"/api/runs/{run_id}").json()["status"] in ("succeeded", "failed", "crashed"):
+            end = time.perf_counter() - t0
+            first_metric = first_metric or end
+        time.sleep(0.01)
+    return {"run": run_id, "first_metric_s": round(first_metric, 3), "end_s": round(end, 3),
+            "events": timeline(c, run_id)}
+
+
+SETTINGS: Settings
+
+
+def run(runs: int = 4) -> dict:
+    global SETTINGS
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Home(Path(tmp) / "home", holmes_path(), SERVED)
+        home.path.mkdir()
+        SETTINGS = Settings(home=home.path)
+        proc, url = serve(home)
+        try:
+            with httpx.Client(base_url=url, timeout=60) as c:
+                warm_up = one_run(c)  # the tokenizer and encoded corpus, made once per dataset and size
+                print(json.dumps({"warm_up": warm_up}), file=sys.stderr, flush=True)
+                results = []
+                for _ in range(runs):
+                    results.append(one_run(c))
+                    print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+        finally:
+            proc.stop()
+    firsts, ends = [r["first_metric_s"] for r in results], [r["end_s"] for r in results]
+    return {"runs": results, "first_metric_median_s": statistics.median(firsts), "first_metric_max_s": max(firsts),
+            "end_median_s": statistics.median(ends), "end_max_s": max(ends), "settings": SERVED}
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=4)
+    print(json.dumps(run(ap.parse_args().runs), indent=1))
