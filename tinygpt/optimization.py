@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from . import device as dev
+
 if TYPE_CHECKING:
     from .run_config import TrainConfig
 
@@ -117,6 +119,53 @@ def adamw(params: list[nn.Parameter], config: TrainConfig, device: torch.device)
     return torch.optim.AdamW(groups, lr=config.lr, betas=ADAMW_BETAS, **extra)
 
 
+def newton_schulz(g: torch.Tensor, coefficients: tuple[float, float, float], steps: int, eps: float,
+                  dtype: torch.dtype) -> torch.Tensor:
+    """Muon's orthogonalisation of a 2-D update in ``dtype``, as torch's (``torch.optim._muon``) does it in
+    bfloat16: scaled to spectral norm <= 1, then ``steps`` quintic Newton-Schulz iterations on the wide side.
+
+    g: (rows, cols) -> (rows, cols)
+    """
+    a, b, c = coefficients
+    x = g.to(dtype)
+    tall = g.size(0) > g.size(1)
+    if tall:
+        x = x.T  # (cols, rows): the Gram matrix below is the smaller one
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(steps):
+        gram = x @ x.T  # (n, n)
+        x = a * x + torch.addmm(gram, gram, gram, beta=b, alpha=c) @ x
+    return (x.T if tall else x).to(g.dtype)
+
+
+class Muon(torch.optim.Muon):
+    """PyTorch's Muon, orthogonalising in ``ns_dtype``. Its own step does that in bfloat16, which a CPU without
+    bf16 units emulates at ~45x the fp32 cost (a 1024x256 update: 634 ms against 14 ms on a 2-core AVX2 EPYC;
+    a holmes step 12.5 s): there it runs in fp32. Its state (``momentum_buffer``) and groups are torch's."""
+
+    def __init__(self, params: list[nn.Parameter], *, ns_dtype: torch.dtype, **options: object) -> None:
+        super().__init__(params, **options)
+        self.ns_dtype = ns_dtype
+
+    @torch.no_grad()
+    def step(self, closure: None = None) -> None:  # type: ignore[override]
+        if self.ns_dtype == torch.bfloat16:
+            super().step()
+            return
+        for group in self.param_groups:  # torch's single-tensor Muon, in ns_dtype
+            momentum = group["momentum"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                buffer = self.state[param].setdefault("momentum_buffer", torch.zeros_like(param.grad))
+                buffer.lerp_(param.grad, 1 - momentum)
+                update = param.grad.lerp(buffer, momentum) if group["nesterov"] else buffer
+                update = newton_schulz(update, group["ns_coefficients"], group["ns_steps"], group["eps"], self.ns_dtype)
+                rows, cols = param.shape
+                param.mul_(1 - group["lr"] * group["weight_decay"])
+                param.add_(update, alpha=-group["lr"] * math.sqrt(max(1, rows / cols)))  # torch's "original"
+
+
 def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> Optimizer:
     """The run's optimizer: AdamW over every parameter, or Muon over the hidden matrices (no weight decay:
     its normalised updates keep their scale) with AdamW over the rest."""
@@ -125,7 +174,9 @@ def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) 
         return adamw(params, config, device)
     matrices = list(hidden_matrices(model))
     chosen = {id(p) for p in matrices}
-    muon = torch.optim.Muon(matrices, lr=config.muon_lr, momentum=config.muon_momentum, weight_decay=0.0)
+    fast_bf16 = dev.resolve_precision("auto", device) == "bf16"  # the device's own units (tinygpt.device)
+    muon = Muon(matrices, lr=config.muon_lr, momentum=config.muon_momentum, weight_decay=0.0,
+                ns_dtype=torch.bfloat16 if fast_bf16 else torch.float32)
     return OptimizerSet(muon, adamw([p for p in params if id(p) not in chosen], config, device))
 
 
