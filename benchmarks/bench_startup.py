@@ -26,29 +26,12 @@ from app.settings import Settings
 from .common import ROOT, holmes_path
 
 sys.path.insert(0, str(ROOT))
-from tests.service_helpers import Home, Proc, free_port, wait_for  # noqa: E402
+from tests.service_helpers import Home, Serve  # noqa: E402
 
 FOUR_STEPS = {"preset": "tiny", "device": "cpu", "steps": 4, "name": "start-up"}
 #: The product's defaults for what the test homes tune (tests/service_helpers.py): a user's `tinygpt serve`.
 SERVED = {f"TINYGPT_{name.upper()}": str(Settings.model_fields[name].default)
           for name in ("heartbeat_sec", "stale_after_sec", "worker_poll_sec", "event_poll_sec", "warm_jobs")}
-
-
-def serve(home: Home) -> tuple[Proc, str]:
-    port = free_port()
-    proc = Proc(["serve", "--port", str(port), "--devices", "cpu"], home, "serve")
-    url = f"http://127.0.0.1:{port}"
-
-    def answers() -> bool:
-        if proc.popen.poll() is not None:
-            raise RuntimeError(f"tinygpt serve exited:\n{proc.output()}")
-        try:
-            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(answers, timeout=120, interval=0.1, message="tinygpt serve answering")
-    return proc, url
 
 
 def timeline(run_id: int) -> dict[str, float]:
@@ -136,9 +119,9 @@ def run(runs: int = 4) -> dict:
         home = Home(Path(tmp) / "home", holmes_path(), SERVED)
         home.path.mkdir()
         SETTINGS = Settings(home=home.path)
-        proc, url = serve(home)
+        proc = Serve(home, "--devices", "cpu")
         try:
-            with httpx.Client(base_url=url, timeout=60) as c:
+            with httpx.Client(base_url=proc.url, timeout=60) as c:
                 warm_up = one_run(c)  # the tokenizer and encoded corpus, made once per dataset and size
                 print(json.dumps({"warm_up": warm_up}), file=sys.stderr, flush=True)
                 results = []

@@ -193,6 +193,27 @@ class AppServer(Proc):
         return httpx.Client(base_url=self.url, timeout=30)
 
 
+class Serve(Proc):
+    """`tinygpt serve`: the app and its own worker."""
+
+    def __init__(self, home: Home, *args: str) -> None:
+        self.port = free_port()
+        super().__init__(["serve", "--port", str(self.port), *args], home, f"serve-{self.port}")
+        self.url = f"http://127.0.0.1:{self.port}"
+        wait_for(lambda: self.answers(), timeout=60, message="tinygpt serve to answer")
+
+    def answers(self) -> bool:
+        if self.popen.poll() is not None:
+            raise RuntimeError(f"serve exited:\n{self.output()}")
+        try:
+            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30)
+
+
 class Worker(Proc):
     """A ``tinygpt worker``; without a name it takes the default (``HOST:PID``)."""
 

@@ -21,6 +21,7 @@ from .service_helpers import (
     AppServer,
     Home,
     Proc,
+    Serve,
     Worker,
     create,
     free_port,
@@ -31,27 +32,6 @@ from .service_helpers import (
 from .test_faults import job_pid, out_dir
 
 ABORT = "terminate called"
-
-
-class Serve(Proc):
-    """`tinygpt serve`: the app and its own worker."""
-
-    def __init__(self, home: Home) -> None:
-        self.port = free_port()
-        super().__init__(["serve", "--port", str(self.port)], home, f"serve-{self.port}")
-        self.url = f"http://127.0.0.1:{self.port}"
-        wait_for(lambda: self.answers(), timeout=60, message="tinygpt serve to answer")
-
-    def answers(self) -> bool:
-        if self.popen.poll() is not None:
-            raise RuntimeError(f"serve exited:\n{self.output()}")
-        try:
-            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=30)
 
 
 def stop_with(proc: Proc, sig: int = signal.SIGTERM) -> int:
