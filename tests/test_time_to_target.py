@@ -235,3 +235,19 @@ def test_time_to_target_as_a_sweep_objective(make_app):
                                                   "base (dataset 'holmes' has no known one)")
     body["base"]["target_val_loss"] = 5.0
     assert client.post("/api/sweeps", json=body).status_code == 201
+
+
+def test_tinygpt_train_says_when_the_target_is_reached_once(capsys):
+    from tinygpt.progress import ProgressCallbacks
+
+    progress = ProgressCallbacks(total_steps=40, bar=False)
+    progress.on_start({"device": "cpu", "device_info": {"name": "a CPU"}, "precision": "fp32", "params": 1000,
+                       "train_tokens": 900, "val_tokens": 100, "start_step": 0, "resumed": False,
+                       "target_val_loss": 4.0})
+    for step, val, full in ((10, 4.5, None), (20, 4.03, 4.05), (30, 3.98, 3.99), (40, 3.9, None)):
+        progress.on_eval(row(step, val, full))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2:] == ["step     20: train 4.0000  val 4.0300 (whole split 4.0500)  1,000 tok/s  10 MiB",
+                         "step     30: train 4.0000  val 3.9800 (whole split 3.9900)  1,000 tok/s  10 MiB",
+                         "reached 4 at step 30, 0.0M tokens, 1 min 0 s",
+                         "step     40: train 4.0000  val 3.9000  1,000 tok/s  10 MiB"]
