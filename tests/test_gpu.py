@@ -14,7 +14,7 @@ from tinygpt.model import GPT
 from tinygpt.presets import model_config
 from tinygpt.records import read_metrics_csv
 from tinygpt.sample import generate
-from tinygpt.train import Trainer
+from tinygpt.train import NonFiniteLoss, Trainer
 
 pytestmark = [
     pytest.mark.gpu,
@@ -42,6 +42,24 @@ def test_training_in_each_precision_learns_and_reports_memory(tiny_config, tmp_p
     assert result.precision == precision and result.device.startswith("cuda")
     assert rows[-1].val_loss < rows[0].val_loss - 0.5
     assert all(0 < m.peak_mem_mib < 8_000 for m in rows)
+
+
+def test_a_cuda_run_checks_for_nan_a_step_late_and_no_weight_moves(tiny_config, tmp_path):
+    """The deferred guard (no host sync a step): a NaN weight after step 7 stops the run, naming step 8, with
+    every weight as it was."""
+    from .test_guards import PoisonAt
+
+    callbacks = PoisonAt(step=7)
+    trainer = Trainer(tiny_config(device="cuda", precision="bf16" if torch.cuda.is_bf16_supported() else "fp32",
+                                  steps=40, eval_every=5, eval_batches=2), tmp_path, callbacks=callbacks)
+    callbacks.trainer = trainer
+    assert trainer.guard is not None
+    with pytest.raises(NonFiniteLoss) as caught:
+        trainer.run()
+    assert caught.value.step == 8 and str(caught.value).startswith("loss became NaN at step 8")
+    after = trainer.model.state_dict()
+    for name, before in callbacks.weights.items():
+        torch.testing.assert_close(after[name], before, equal_nan=True, rtol=0, atol=0, msg=name)
 
 
 def test_cpu_and_gpu_curves_agree_for_the_same_seed_and_batches(tiny_config, tmp_path):

@@ -12,7 +12,7 @@ import torch
 
 from tinygpt.checkpoint import read_checkpoint
 from tinygpt.records import Callbacks, OverfitWatch
-from tinygpt.train import NonFiniteLoss, Trainer, check_finite
+from tinygpt.train import DeferredGuard, NonFiniteLoss, Trainer, check_finite
 
 
 class PoisonAt(Callbacks):
@@ -33,22 +33,69 @@ class PoisonAt(Callbacks):
             self.adam_steps = [float(s["step"]) for s in self.trainer.optimizer.state.values()]
 
 
-def test_a_nan_loss_stops_the_run_before_the_optimizer_touches_the_weights(tiny_config, tmp_path, cache_dir):
+def deferred(trainer: Trainer) -> None:
+    """The GPU's guard on the CPU: the fused AdamW (which can skip its update on the device) and the deferred
+    check, as a CUDA run gets them (``DeferredGuard.suits``)."""
+    groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in trainer.optimizer.param_groups]
+    trainer.optimizer = torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.95), fused=True)
+    trainer.guard = DeferredGuard()
+
+
+@pytest.mark.parametrize("guard", ["synced", "deferred"])
+def test_a_nan_loss_stops_the_run_before_the_optimizer_touches_the_weights(tiny_config, tmp_path, cache_dir, guard):
+    """Synced (a host sync each step): the run stops inside step 8. Deferred (GPUs): step 8's update is skipped on
+    the device and the run stops a step later, with the same story; neither lets a weight move."""
     callbacks = PoisonAt(step=7)
     trainer = Trainer(tiny_config(steps=40, eval_every=5, eval_batches=2), tmp_path, callbacks=callbacks,
                       cache_dir=cache_dir)
+    if guard == "deferred":
+        deferred(trainer)
     callbacks.trainer = trainer
     with pytest.raises(NonFiniteLoss) as caught:
         trainer.run()
     best = read_checkpoint(tmp_path / "best.pt")
+    last_finite = dict(trainer.recent_losses)[7]
     assert str(caught.value) == (
-        f"loss became NaN at step 8 (last finite train loss {float(trainer.last_loss[1]):.2f} at step 7); "
+        f"loss became NaN at step 8 (last finite train loss {float(last_finite):.2f} at step 7); "
         f"best checkpoint kept (step {best['train_state']['best_step']}, val {best['train_state']['best_val_loss']:.2f})")
-    assert best["train_state"]["best_step"] == 5 and trainer.state.step == 7
+    assert caught.value.step == 8
+    assert best["train_state"]["best_step"] == 5 and trainer.state.step == (7 if guard == "synced" else 8)
     after = trainer.model.state_dict()
     for name, before in callbacks.weights.items():  # not one weight moved, NaN included
         torch.testing.assert_close(after[name], before, equal_nan=True, rtol=0, atol=0, msg=name)
     assert [float(s["step"]) for s in trainer.optimizer.state.values()] == callbacks.adam_steps
+
+
+def test_the_deferred_guard_suits_a_cuda_run_with_the_fused_adamw_and_no_scaler():
+    param = torch.nn.Parameter(torch.zeros(2))
+    fused, foreach = (torch.optim.AdamW([param], fused=f, foreach=not f) for f in (True, False))
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert DeferredGuard.suits(cuda, fused, None)
+    assert not DeferredGuard.suits(cpu, fused, None)  # the CPU's step is not launch-bound: a sync costs nothing
+    assert not DeferredGuard.suits(cuda, foreach, None)  # it cannot skip its update on the device
+    assert not DeferredGuard.suits(cuda, fused, torch.amp.GradScaler("cpu"))  # fp16: the scaler decides
+
+
+def test_the_deferred_guard_flags_a_step_and_says_it_one_step_later():
+    param = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.AdamW([param], lr=0.1, fused=True)
+    guard, one, nan = DeferredGuard(), torch.tensor(1.0), torch.tensor(math.nan)
+    param.grad = torch.ones(3)
+    guard.step(optimizer, one, one, step=1)
+    moved = param.detach().clone()
+    assert not torch.equal(moved, torch.ones(3))  # a finite step updates
+    param.grad = torch.full((3,), math.nan)
+    guard.step(optimizer, one, nan, step=2)  # no sync, no raise yet: the update is skipped on the device
+    assert torch.equal(param.detach(), moved)
+    param.grad = torch.ones(3)
+    with pytest.raises(NonFiniteLoss, match="^gradient norm became nan$") as caught:
+        guard.step(optimizer, one, one, step=3)
+    assert caught.value.step == 2
+    guard.step(optimizer, nan, one, step=4)
+    with pytest.raises(NonFiniteLoss, match="^loss became nan$"):
+        guard.flush()
+    guard.step(optimizer, nan, one, step=5, distributed=True)  # a rank's loss: the norm (all ranks') decides
+    guard.flush()
 
 
 def test_check_finite_names_what_went_wrong():

@@ -29,6 +29,7 @@ import json
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -60,8 +61,8 @@ class NonFiniteLoss(RuntimeError):
     """A step's loss or gradient norm was NaN or infinite: the run stops before the optimizer changes the
     weights. The Trainer re-raises it with the whole story (step, last finite loss, best checkpoint)."""
 
-    def __init__(self, what: str, value: float, message: str | None = None) -> None:
-        self.what, self.value = what, value
+    def __init__(self, what: str, value: float, message: str | None = None, *, step: int | None = None) -> None:
+        self.what, self.value, self.step = what, value, step  # step: set when known here (the deferred guard's)
         super().__init__(message or f"{what} became {value}")
 
 
@@ -103,8 +104,12 @@ def train_step(
     precision: str,
     config: TrainConfig,
     scaler: torch.amp.GradScaler | None = None,
+    guard: DeferredGuard | None = None,
+    step: int = 0,
 ) -> torch.Tensor:
     """One optimizer update over ``config.grad_accum`` micro-batches (x, y); returns the mean loss, detached.
+    ``guard``: check for a NaN without a host sync (:class:`DeferredGuard`); ``step``: this update's number, for
+    its message.
 
     The training loop and the hardware benchmark both run this, so a benchmark measures the
     step that training runs.
@@ -131,6 +136,8 @@ def train_step(
         for part in parts(optimizer):
             scaler.step(part)
         scaler.update()
+    elif guard is not None:
+        guard.step(optimizer, total, norm, step, distributed=distributed)
     else:
         check_finite(total, norm, distributed=distributed)
         optimizer.step()
@@ -150,6 +157,52 @@ def check_finite(loss: torch.Tensor, grad_norm: torch.Tensor | None, *, distribu
         raise NonFiniteLoss("gradient norm", values[0])
     if not math.isfinite(values[1]) and not distributed:
         raise NonFiniteLoss("loss", values[1])
+
+
+class DeferredGuard:
+    """The NaN guard without a host sync every step, for GPUs (a sync drains the launch queue, and a small batch's
+    step is launch-bound). The fused AdamW skips its update on the device when the step's loss or gradient norm is
+    not finite (its ``found_inf`` input, which the gradient scaler uses the same way), and that flag is read on the
+    host a step later, once that step has finished and the next is already queued: the weights never take a
+    non-finite update, and NonFiniteLoss names the step (``.step``) whose update was skipped."""
+
+    def __init__(self) -> None:
+        self.pending: tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, bool] | None = None
+
+    @staticmethod
+    def suits(device: torch.device, optimizer: Optimizer, scaler: torch.amp.GradScaler | None) -> bool:
+        """A CUDA run with the fused AdamW (one that can skip its update on the device) and no gradient scaler
+        (fp16's, which decides skipping itself)."""
+        return (device.type == "cuda" and scaler is None and isinstance(optimizer, torch.optim.AdamW)
+                and bool(optimizer.defaults.get("fused")))
+
+    def step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, norm: torch.Tensor, step: int, *,
+             distributed: bool = False) -> None:
+        """The update, skipped on the device if this step is not finite; then the previous step's verdict. In a
+        distributed run the gradient norm alone decides (the same on every rank, as in :func:`check_finite`)."""
+        bad = ~torch.isfinite(norm) if distributed else ~torch.isfinite(norm) | ~torch.isfinite(loss)  # ()
+        optimizer.found_inf = bad.float()  # type: ignore[attr-defined]
+        try:
+            optimizer.step()
+        finally:
+            del optimizer.found_inf  # type: ignore[attr-defined]
+        previous, self.pending = self.pending, (step, bad, loss, norm, distributed)
+        if previous is not None:
+            self.raise_if_bad(*previous)
+
+    def flush(self) -> None:
+        """The last step's verdict now (before a log row, an evaluation or the end)."""
+        previous, self.pending = self.pending, None
+        if previous is not None:
+            self.raise_if_bad(*previous)
+
+    @staticmethod
+    def raise_if_bad(step: int, bad: torch.Tensor, loss: torch.Tensor, norm: torch.Tensor, distributed: bool) -> None:
+        if bad.item():  # the host waits for that step only now, when the next one is queued
+            try:
+                check_finite(loss, norm, distributed=distributed)  # what to call it: the synced guard's words
+            except NonFiniteLoss as exc:
+                raise NonFiniteLoss(exc.what, exc.value, step=step) from None
 
 
 def warm_up() -> None:
@@ -267,9 +320,12 @@ class Trainer:
         self.model.to(self.device)
         self.optimizer = make_optimizer(self.model, config, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
+        self.guard = DeferredGuard() if DeferredGuard.suits(self.device, self.optimizer, self.scaler) else None
         self.batch_gen = torch.Generator().manual_seed(config.seed)
         self.state = _State()
-        self.last_loss: tuple[int, torch.Tensor] | None = None  # (step, loss) of the last finite step
+        # (step, loss) of the last steps taken: the story's "last finite" one is the newest before the bad step
+        # (the deferred guard learns of a bad step one step late)
+        self.recent_losses: deque[tuple[int, torch.Tensor]] = deque(maxlen=3)
         self.skipped_in_a_row = 0  # fp16: steps the gradient scaler skipped in a row
         resume_from = self.out_dir / "last.pt"
         self.resumed = resume and resume_from.exists()
@@ -407,6 +463,7 @@ class Trainer:
             is_eval = self.state.step % cfg.eval_every == 0 or self.state.step == cfg.steps
             if not (is_eval or self.state.step % cfg.log_interval() == 0):
                 continue
+            self._flush_guard()
             loss_sum = distributed.mean_over_ranks(loss_sum, self.dist)  # the global batch's loss
             if not self.dist.is_main:  # rank 0 evaluates, logs and samples; the others go on
                 steps_in_interval = 0
@@ -429,6 +486,7 @@ class Trainer:
             self._maybe_sample()
             dev.synchronize(self.device)
             interval_start = time.perf_counter()
+        self._flush_guard()
         stop_reason = self._early_stop_reason()
         if stopped:
             if steps_in_interval:
@@ -455,7 +513,7 @@ class Trainer:
         try:
             loss = self._train_step(step)
         except NonFiniteLoss as exc:
-            raise NonFiniteLoss(exc.what, exc.value, self._non_finite_story(exc.what, exc.value, step + 1)) from None
+            raise self._with_story(exc, step + 1) from None
         if self.scaler is not None:
             skipped = self.scaler.get_scale() < scale  # the scaler halves its scale when it skips a step
             self.skipped_in_a_row = self.skipped_in_a_row + 1 if skipped else 0
@@ -465,16 +523,30 @@ class Trainer:
                                     "skipped by the gradient scaler)")
             if skipped:
                 return loss  # finite (checked), but the weights did not move
-        self.last_loss = (step + 1, loss)
+        self.recent_losses.append((step + 1, loss))
         return loss
+
+    def _with_story(self, exc: NonFiniteLoss, step: int) -> NonFiniteLoss:
+        """The error again with the whole story, at its own step when it knows it (the deferred guard's)."""
+        at = exc.step or step
+        return NonFiniteLoss(exc.what, exc.value, self._non_finite_story(exc.what, exc.value, at), step=at)
+
+    def _flush_guard(self) -> None:
+        """The deferred guard's last verdict, before anything reads the loss or the weights."""
+        if self.guard is not None:
+            try:
+                self.guard.flush()
+            except NonFiniteLoss as exc:
+                raise self._with_story(exc, self.state.step) from None
 
     def _non_finite_story(self, what: str, value: float, step: int) -> str:
         """e.g. "loss became NaN at step 312 (last finite train loss 3.92 at step 311); best checkpoint
         kept (step 250, val 3.81)"."""
         shown = "NaN" if math.isnan(value) else "infinite" if math.isinf(value) else f"{value:g}"
         story = f"{what} became {shown} at step {step}"
-        if self.last_loss is not None:
-            story += f" (last finite train loss {float(self.last_loss[1]):.2f} at step {self.last_loss[0]})"
+        last = next(((s, loss) for s, loss in reversed(self.recent_losses) if s < step), None)
+        if last is not None:
+            story += f" (last finite train loss {float(last[1]):.2f} at step {last[0]})"
         if self.state.best_step:
             story += f"; best checkpoint kept (step {self.state.best_step}, val {self.state.best_val_loss:.2f})"
         elif self.state.step >= self.config.eval_every:
@@ -505,7 +577,7 @@ class Trainer:
             for _ in range(cfg.grad_accum)
         )
         return train_step(self.forward_model, self.optimizer, batches, device=self.device, precision=self.precision,
-                          config=cfg, scaler=self.scaler)
+                          config=cfg, scaler=self.scaler, guard=self.guard, step=step + 1)
 
     def _val_loss_full(self, estimate: float) -> float | None:
         """The whole split's loss when the estimate comes within TARGET_MARGIN of a target not yet reached."""
