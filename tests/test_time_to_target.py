@@ -251,3 +251,24 @@ def test_tinygpt_train_says_when_the_target_is_reached_once(capsys):
                          "step     30: train 4.0000  val 3.9800 (whole split 3.9900)  1,000 tok/s  10 MiB",
                          "reached 4 at step 30, 0.0M tokens, 1 min 0 s",
                          "step     40: train 4.0000  val 3.9000  1,000 tok/s  10 MiB"]
+
+
+def test_an_uploaded_dataset_carries_its_runs_default_target(make_app):
+    client = make_app()
+    text = ("It was a bright cold day in April, and the clocks were striking thirteen. " * 400).encode()
+    refused = client.post("/api/datasets", data={"name": "orwell", "target_val_loss": "0"},
+                          files={"file": ("o.txt", text)})
+    assert refused.status_code == 422 and refused.json()["detail"][0]["loc"][-1] == "target_val_loss"
+    uploaded = client.post("/api/datasets", data={"name": "orwell", "target_val_loss": "2.5"},
+                           files={"file": ("o.txt", text)})
+    assert uploaded.status_code == 201 and uploaded.json()["target_val_loss"] == 2.5
+    listed = {d["name"]: d["target_val_loss"] for d in client.get("/api/datasets").json()}
+    assert listed == {"holmes": None, "orwell": 2.5}  # this app's holmes is a slice: no known target
+    base = {"preset": "tiny", "device": "cpu", "steps": 2, "context": 16, "vocab_size": 256}
+    run = client.post("/api/runs", json={**base, "dataset": "orwell"}).json()[0]
+    assert run["config"]["target_val_loss"] == 2.5  # its dataset's, shown with its options
+    mine = client.post("/api/runs", json={**base, "dataset": "orwell", "target_val_loss": 3.0}).json()[0]
+    assert mine["config"]["target_val_loss"] == 3.0
+    none = client.post("/api/runs", json={**base, "dataset": "orwell", "target_val_loss": 0}).json()[0]
+    assert none["config"]["target_val_loss"] == 0
+    assert client.post("/api/runs", json=base).json()[0]["config"]["target_val_loss"] is None

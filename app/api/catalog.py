@@ -85,11 +85,14 @@ async def datasets(session: SessionDep, settings: SettingsDep) -> list[dict]:
 
 @router.post("/datasets", status_code=201, response_model=DatasetPublic)
 async def upload_dataset(
-    session: SessionDep, settings: SettingsDep, file: UploadFile, name: Annotated[str, Form()]
+    session: SessionDep, settings: SettingsDep, file: UploadFile, name: Annotated[str, Form()],
+    target_val_loss: Annotated[float | None, Form(description="its runs' default target validation loss (time to "
+                                                  "target); unset: a known corpus' or none")] = None,
 ) -> DatasetPublic:
     """Upload a UTF-8 text file (limit: ``TINYGPT_MAX_UPLOAD_MB``, enforced while the body streams in)."""
-    ds = await ds_svc.upload_dataset(session, name=name, source=file, settings=settings)
-    return DatasetPublic.model_validate(ds.model_dump())
+    ds = await ds_svc.upload_dataset(session, name=name, source=file, settings=settings,
+                                     target_val_loss=target_val_loss)
+    return DatasetPublic.model_validate({**ds.model_dump(), "target_val_loss": ds_svc.own_target(ds)})
 
 
 @router.get("/compare")

@@ -23,6 +23,7 @@ class Dataset(SQLModel, table=True):
     builtin: bool = False
     tokenizers: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)
+    target_val_loss: float | None = None  # its runs' default target (time to target), given at upload
 
 
 class DatasetPublic(SQLModel):
@@ -33,3 +34,5 @@ class DatasetPublic(SQLModel):
     builtin: bool
     tokenizers: list
     created_at: datetime
+    target_val_loss: float | None = Field(default=None, description="its runs' default target_val_loss: given at "
+                                          "upload, or a known corpus' (holmes: 3.76)")

@@ -46,12 +46,16 @@ def check_dataset_exists(session: Session, *, name: str) -> None:
 
 
 def dataset_target(session: Session, *, name: str, configured: float | None) -> float | None:
-    """A run's target validation loss: the one it was given (0: none), else its dataset's if the dataset is a
-    known corpus (``tinygpt.corpus.KNOWN_TARGETS``, by its sha256), else none."""
+    """A run's target validation loss: the one it was given (0: none), else its dataset's (given at upload, or a
+    known corpus': ``tinygpt.corpus.KNOWN_TARGETS``, by its sha256), else none."""
     if configured is not None:
         return configured or None
     dataset = session.exec(select(Dataset).where(Dataset.name == name)).first()
-    return KNOWN_TARGETS.get(dataset.sha256) if dataset else None
+    return own_target(dataset) if dataset else None
+
+
+def own_target(dataset: Dataset) -> float | None:
+    return dataset.target_val_loss or KNOWN_TARGETS.get(dataset.sha256)
 
 
 def file_facts(path: Path) -> tuple[str, int, int]:
@@ -107,15 +111,20 @@ ALL_DATASETS = select(Dataset).order_by(col(Dataset.builtin).desc(), Dataset.nam
 
 def list_datasets(session: Session, *, settings: Settings) -> list[dict]:
     rows = session.exec(ALL_DATASETS).all()
-    return [{**r.model_dump(mode="json", exclude={"id", "path"}), "available": Path(r.path).exists()} for r in rows]
+    return [{**r.model_dump(mode="json", exclude={"id", "path"}), "available": Path(r.path).exists(),
+             "target_val_loss": own_target(r)} for r in rows]
 
 
 def dataset_exists(session: Session, name: str) -> bool:
     return session.exec(select(Dataset.id).where(Dataset.name == name)).first() is not None
 
 
-async def upload_dataset(session: Session, *, name: str, source: AsyncReadable, settings: Settings) -> Dataset:
-    """Stream an upload to disk, checking size and UTF-8 as it arrives; nothing is kept on failure."""
+async def upload_dataset(session: Session, *, name: str, source: AsyncReadable, settings: Settings,
+                         target_val_loss: float | None = None) -> Dataset:
+    """Stream an upload to disk, checking size and UTF-8 as it arrives; nothing is kept on failure.
+    ``target_val_loss``: its runs' default target (time to target)."""
+    if target_val_loss is not None and not 0 < target_val_loss <= 100:
+        raise Invalid(f"target_val_loss must be in (0, 100], got {target_val_loss:g}", field="target_val_loss")
     if not NAME_RE.fullmatch(name) or name == HOLMES:
         raise Invalid(
             "dataset name must be 1-64 letters, digits, '.', '_' or '-', start with a letter or digit, and not be 'holmes'",
@@ -156,7 +165,8 @@ async def upload_dataset(session: Session, *, name: str, source: AsyncReadable, 
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    ds = Dataset(name=name, sha256=digest.hexdigest(), bytes=size, chars=chars, path=str(final))
+    ds = Dataset(name=name, sha256=digest.hexdigest(), bytes=size, chars=chars, path=str(final),
+                 target_val_loss=target_val_loss)
     # the write may wait for SQLite's write lock: in a worker thread, never on the event loop
     return await run_in_threadpool(save_dataset, session, ds)
 

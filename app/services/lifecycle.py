@@ -36,7 +36,7 @@ from ..models import (
 )
 from ..settings import Settings
 from .alerts import ended_message, raise_alert
-from .datasets import check_context_fits, check_dataset_exists
+from .datasets import check_context_fits, check_dataset_exists, dataset_target
 from .devices import check_device_available, check_machine_limits, check_memory_fits
 from .events import record_event
 from .metric_history import median_rate
@@ -116,6 +116,8 @@ def add_runs(session: Session, *, body: RunCreate, settings: Settings, sweep_id:
     check_run(session, body=body, settings=settings)
     devices = body.devices()
     config = body.model_dump(mode="json", exclude={"device", "name", "tags"})
+    if config["target_val_loss"] is None:  # its dataset's, shown with the run's options (the job would find it too)
+        config["target_val_loss"] = dataset_target(session, name=body.dataset, configured=None)
     group = uuid.uuid4().hex[:12] if len(devices) > 1 else None
     base = body.name or f"{body.preset}-{body.dataset}"
     return [new_run(session, name=f"{base} [{device}]" if group else base, config=config, settings=settings,

@@ -14,7 +14,7 @@ from tinygpt.presets import PRESETS, list_presets
 from tinygpt.records import unreached_line
 
 from ..deps import RunId, SessionDep, SettingsDep
-from ..errors import AppError
+from ..errors import AppError, Invalid
 from ..models import (
     FINISHED,
     TRAINING_OPTIONS,
@@ -182,11 +182,22 @@ async def create_from_form(request: Request, session: SessionDep, settings: Sett
     return Response(status_code=200, headers={"HX-Redirect": app_url(request, target)})
 
 
+def form_target(value: object) -> float | None:
+    """The upload form's target field: empty for none, else a number (422 naming it otherwise)."""
+    if value in (None, ""):
+        return None
+    try:
+        return float(str(value))
+    except ValueError:
+        raise Invalid(f"target_val_loss must be a number, got {value!r}", field="target_val_loss") from None
+
+
 @router.post("/partials/datasets", response_class=HTMLResponse)
 async def upload_from_form(request: Request, session: SessionDep, settings: SettingsDep, file: UploadFile) -> HTMLResponse:
     form = await request.form()
     try:
-        ds = await ds_svc.upload_dataset(session, name=str(form.get("name", "")), source=file, settings=settings)
+        ds = await ds_svc.upload_dataset(session, name=str(form.get("name", "")), source=file, settings=settings,
+                                         target_val_loss=form_target(form.get("target_val_loss")))
     except AppError as exc:
         return render(request, "_error.html", exc.status_code, status=exc.status_code, message=exc.message)
     return render(request, "_uploaded.html", ds=ds)

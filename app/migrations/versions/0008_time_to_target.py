@@ -1,4 +1,5 @@
-"""time to target: the whole validation split's loss on metric rows, a run's target and when it reached it
+"""time to target: the whole validation split's loss on metric rows, a run's target and when it reached it, a
+dataset's own target
 
 Revision ID: 0008
 Revises: 0007
@@ -28,9 +29,13 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column('target_tokens', sa.BigInteger(), nullable=True))
         batch_op.add_column(sa.Column('target_sec', sa.Float(), nullable=True))
         batch_op.add_column(sa.Column('target_exact', sa.Boolean(), nullable=True))
+    with op.batch_alter_table('datasets', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('target_val_loss', sa.Float(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table('datasets', schema=None) as batch_op:
+        batch_op.drop_column('target_val_loss')
     with op.batch_alter_table('runs', schema=None) as batch_op:
         for name in ('target_exact', 'target_sec', 'target_tokens', 'target_step', 'val_bytes_per_token', 'target_val_loss'):
             batch_op.drop_column(name)
