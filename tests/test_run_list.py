@@ -114,11 +114,21 @@ def test_sorts_by_time_to_target_and_pages_in_that_order(crowded, browser):
     assert page.locator("table.runs tbody td.to-target").all_inner_texts()[:2] == ["1 min 1 s", "1 min 2 s"]
     assert page.get_attribute("th:has(a[data-sort=time_to_target])", "aria-sort") == "ascending"
     shot(page, "run-list-by-time-to-target")
-    page.click("text=Older runs")  # the next page keeps the order
+    page.click("text=Older runs")  # the next page keeps the order, and so does a live refresh of it
     page.wait_for_function("document.querySelector('#runs-count').textContent.startsWith('runs 51–100')")
     assert page.locator("table.runs tbody td.name a").first.inner_text() == "run 153"
+    page.evaluate("htmx.trigger('#runs-table', 'refresh')")
+    page.wait_for_timeout(500)
+    assert page.locator("table.runs tbody td.name a").first.inner_text() == "run 153"
+    page.fill("input[name=worker]", "lab-pc")  # and so does a filter
+    page.press("input[name=worker]", "Enter")
+    page.wait_for_function("document.querySelector('#runs-count').textContent === 'runs 1–50 of 9,997'")
+    assert page.locator("table.runs tbody td.name a").first.inner_text() == "run 3"
+    page.fill("input[name=worker]", "")
+    page.press("input[name=worker]", "Enter")
+    page.wait_for_function("document.querySelector('#runs-count').textContent === 'runs 1–50 of 10,000'")
     page.click("th a[data-sort=newest]")
-    page.wait_for_function("document.querySelector('#runs-count').textContent.startsWith('runs 1–50')")
+    page.wait_for_function("document.querySelector('#runs-sort').value === 'newest'")
     cells = page.locator("table.runs tbody td.to-target").all_inner_texts()
     # the four runs without a target, then runs 9995 and 9994 (finished, never reached) and 9993 (3,391 s)
     assert cells[:7] == ["–"] * 4 + ["not reached"] * 2 + ["56 min 31 s"]
