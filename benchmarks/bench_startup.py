@@ -34,7 +34,7 @@ SERVED = {f"TINYGPT_{name.upper()}": str(Settings.model_fields[name].default)
           for name in ("heartbeat_sec", "stale_after_sec", "worker_poll_sec", "event_poll_sec", "warm_jobs")}
 
 
-def timeline(run_id: int) -> dict[str, float]:
+def timeline(settings: Settings, run_id: int) -> dict[str, float]:
     """Seconds from the run's ``created`` event to its first ``running`` status, ``resolved``, first ``metric``
     and its end (the events' database times: what the job did, not what a client saw)."""
     from datetime import datetime
@@ -45,7 +45,7 @@ def timeline(run_id: int) -> dict[str, float]:
     from app.models import Event
 
     marks: dict[str, float] = {}
-    with session_scope(SETTINGS) as s:
+    with session_scope(settings) as s:
         events = s.exec(select(Event).where(Event.run_id == run_id).order_by(Event.id)).all()
     t0: datetime = events[0].created_at
     for e in events:
@@ -55,7 +55,7 @@ def timeline(run_id: int) -> dict[str, float]:
     return marks
 
 
-def one_run(c: httpx.Client) -> dict:
+def one_run(c: httpx.Client, settings: Settings) -> dict:
     """Submit a run and follow its event stream as the run page does: the first ``metric`` event and the
     stream's end (its final status) as they arrive here, with no polling load on the app."""
     t0 = time.perf_counter()
@@ -75,7 +75,7 @@ def one_run(c: httpx.Client) -> dict:
                 event = None
     status = c.get(f"/api/runs/{run_id}").json()["status"]
     return {"run": run_id, "status": status, "first_metric_s": round(first_metric or end, 3), "end_s": round(end, 3),
-            "events": timeline(run_id)}
+            "events": timeline(settings, run_id)}
 
 
 def in_process(home: Home, rounds: int = 3) -> dict:
@@ -85,7 +85,7 @@ def in_process(home: Home, rounds: int = 3) -> dict:
 
     from tinygpt.records import Callbacks
     from tinygpt.run_config import TrainConfig
-    from tinygpt.train import Trainer, warm_up
+    from tinygpt.train import Trainer, estimate_loss, warm_up
 
     class Clock(Callbacks):
         def __init__(self) -> None:
@@ -103,30 +103,27 @@ def in_process(home: Home, rounds: int = 3) -> dict:
         trainer.run()
         firsts.append(clock.first)
         ends.append(time.perf_counter() - clock.t0)
-        t0 = time.perf_counter()
-        trainer._evaluate_and_log(0.0)  # one more evaluation alone: what each costs
+        t0 = time.perf_counter()  # one more evaluation alone (the recipe's estimate): what each costs
+        estimate_loss(trainer.eval_model, trainer.splits, config, trainer.model_config.context, trainer.device,
+                      trainer.precision)
         evals.append(time.perf_counter() - t0)
     return {"first_metric_median_s": round(statistics.median(firsts), 3), "end_median_s": round(statistics.median(ends), 3),
             "evaluation_median_s": round(statistics.median(evals), 3)}
 
 
-SETTINGS: Settings
-
-
 def run(runs: int = 4) -> dict:
-    global SETTINGS
     with tempfile.TemporaryDirectory() as tmp:
         home = Home(Path(tmp) / "home", holmes_path(), SERVED)
         home.path.mkdir()
-        SETTINGS = Settings(home=home.path)
+        settings = Settings(home=home.path)
         proc = Serve(home, "--devices", "cpu")
         try:
             with httpx.Client(base_url=proc.url, timeout=60) as c:
-                warm_up = one_run(c)  # the tokenizer and encoded corpus, made once per dataset and size
+                warm_up = one_run(c, settings)  # the tokenizer and encoded corpus, made once per dataset and size
                 print(json.dumps({"warm_up": warm_up}), file=sys.stderr, flush=True)
                 results = []
                 for _ in range(runs):
-                    results.append(one_run(c))
+                    results.append(one_run(c, settings))
                     print(json.dumps(results[-1]), file=sys.stderr, flush=True)
         finally:
             proc.stop()
