@@ -3,7 +3,7 @@
 Every figure is a ratio of two things measured side by side in this one run, on
 this machine; absolute numbers are printed for context only.
 
-    python -m benchmarks.run [--only tokenizer,train,sample,service,dashboard,load,sweep,alerts,report,history] [--out BENCHMARKS.md]
+    python -m benchmarks.run [--only tokenizer,train,sample,service,dashboard,load,sweep,startup,alerts,report,history] [--out BENCHMARKS.md]
 
 Results are also kept in benchmarks/results.json; a run with --only replaces those suites'
 results and keeps the others (each suite's ratios are measured within its own run).
