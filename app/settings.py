@@ -93,8 +93,9 @@ class Settings(BaseSettings):
     max_attempts: int = Field(default=3, description="a run that crashed this many times is not re-queued again")
     worker_poll_sec: float = Field(default=0.5, description="how often an idle worker looks for queued runs")
     warm_jobs: bool = Field(default=True, description="keep one job process per device slot started ahead, its "
-                            "modules imported and torch's first-use costs paid, so a run starts training within "
-                            "about 0.4 s of its submission instead of 5.5 s (each run still gets a fresh process)")
+                            "modules imported and torch's first-use costs paid, so a run's job has built its data "
+                            "and model within about 0.4 s of its submission instead of 5.5 s (each run still gets a "
+                            "fresh process)")
     webhook_urls: list[WebhookUrl] = Field(default_factory=list, description="webhooks (http or https) that receive "
                                        "every alert of every run and sweep as a JSON POST with a `text` line for "
                                        "Slack, Discord and Mattermost; a JSON list. Public receivers only, unless "
