@@ -95,7 +95,8 @@ class Settings(BaseSettings):
     warm_jobs: bool = Field(default=True, description="keep one job process per device slot started ahead, its "
                             "modules imported and torch's first-use costs paid, so a run's job has built its data "
                             "and model within about 0.4 s of its submission instead of 5.5 s (each run still gets a "
-                            "fresh process)")
+                            "fresh process; it prepares at the lowest CPU priority, so the run training beside it "
+                            "keeps the cores)")
     webhook_urls: list[WebhookUrl] = Field(default_factory=list, description="webhooks (http or https) that receive "
                                        "every alert of every run and sweep as a JSON POST with a `text` line for "
                                        "Slack, Discord and Mattermost; a JSON list. Public receivers only, unless "

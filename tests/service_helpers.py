@@ -23,7 +23,7 @@ import pytest
 from worker.registry import process_alive
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = {"preset": "tiny", "device": "cpu", "precision": "fp32", "batch_size": 4, "seed": 7, "eval_batches": 2}  # a run in seconds
+TINY = {"preset": "tiny", "device": "cpu", "precision": "fp32", "batch_size": 4, "seed": 7, "eval_batches": 2, "threads": 1}  # a run in seconds
 
 
 def free_port() -> int:

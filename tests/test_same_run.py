@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 
 import httpx
 
-from .service_helpers import ROOT, AppServer, Worker, make_home, read_events
+from .service_helpers import AppServer, Worker, make_home, read_events, tinygpt_here
 
 CHOSEN = {  # a value other than the default in every group of the declaration
     "preset": "tiny", "arch": "classic", "dropout": "0.05",  # model
@@ -42,9 +40,8 @@ def test_form_and_command_line_make_the_same_run(tmp_path, slice_path, warm_cach
         app.stop()
     flags = [arg for name, value in CHOSEN.items() for arg in (f"--{name.replace('_', '-')}", value)]
     out = tmp_path / "cli-run"
-    env = {**home.env(), "PYTHONUNBUFFERED": "1"}
-    subprocess.run([sys.executable, "-m", "tinygpt", "train", *flags, "--device", "cpu", "--corpus", str(slice_path),
-                    "--out", str(out), "--no-progress"], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
+    tinygpt_here("train", *flags, "--device", "cpu", "--corpus", slice_path, "--out", out, "--no-progress",
+                 env=home.env(), module="tinygpt.cli", check=True)  # the command, in this process: not about processes
     dashboard = json.loads((home.path / "runs" / "1" / "config.json").read_text())
     command_line = json.loads((out / "config.json").read_text())
     assert dashboard["train"] == command_line["train"]

@@ -6,6 +6,7 @@ Real processes (app, workers, jobs) on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -108,7 +109,7 @@ def children(pid: int) -> list[tuple[int, str]]:
 
 
 def warm_pids(worker: Worker) -> list[int]:
-    return [pid for pid, cmd in children(worker.popen.pid) if cmd.endswith("worker.job --warm ")]
+    return [pid for pid, cmd in children(worker.popen.pid) if cmd.endswith("worker.warm ")]
 
 
 def test_a_run_starts_in_the_warm_job_process_and_the_next_one_warms_up(tmp_path, slice_path, warm_cache):
@@ -134,3 +135,59 @@ def test_a_run_starts_in_the_warm_job_process_and_the_next_one_warms_up(tmp_path
         import os
 
         os.kill(following, 0)  # the warm process exited with its worker
+
+
+#: A warm job process's waiting, alone: what it was handed, its session's nice value once handed a run, and
+#: whether it finished preparing (imports, schema, torch's first use). ``--no-session``: as on a kernel that
+#: does not schedule by session.
+HANDED = """
+import sys
+from pathlib import Path
+from worker import warm
+if sys.argv[1:] == ["--no-session"]:
+    warm.SESSION_PRIORITY = Path("/proc/self/no-such-file")
+run = warm.handed_run()
+session = open("/proc/self/autogroup").read().split()[-1] if warm.SESSION_PRIORITY.exists() else "-"
+print(run, session, warm.prepared.is_set())
+"""
+
+
+def thread_nice(pid: int) -> dict[int, int]:
+    """Each thread of ``pid``: its nice value (field 19 of its stat line)."""
+    from pathlib import Path
+
+    nice = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            nice[int(task.name)] = int((task / "stat").read_text().rsplit(")", 1)[1].split()[16])
+        except FileNotFoundError:
+            pass  # the thread ended meanwhile
+    return nice
+
+
+def warm_job(home, *args: str) -> subprocess.Popen:  # noqa: ANN001
+    return subprocess.Popen([sys.executable, "-c", HANDED, *args], cwd=ROOT, env=home.env(), text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="the kernel does not schedule by session")
+def test_a_warm_job_prepares_at_the_lowest_priority_and_trains_at_its_own(tmp_path, slice_path, warm_cache):
+    """Where the kernel shares the CPU between sessions (autogroup), a warm job's session waits at nice 19, so
+    that its imports give way to the run training beside it; the run it is handed gets nice 0 back."""
+    home = make_home(tmp_path, slice_path, warm_cache)
+    job = warm_job(home)
+    wait_for(lambda: open(f"/proc/{job.pid}/autogroup").read().split()[-1] == "19", timeout=10,
+             message="the warm job's session at nice 19")
+    out, _ = job.communicate("7 2\n", timeout=120)
+    assert out.strip() == "['7', '2'] 0 True"
+
+
+def test_without_sessions_only_the_warm_up_thread_gives_way(tmp_path, slice_path, warm_cache):
+    """Where a nice value counts across sessions, the warm-up thread takes nice 19 and the main thread, which
+    runs the run, keeps its own; stdin closed without a run: none."""
+    home = make_home(tmp_path, slice_path, warm_cache)
+    job = warm_job(home, "--no-session")
+    wait_for(lambda: 19 in thread_nice(job.pid).values(), timeout=10, message="a thread at nice 19")
+    assert thread_nice(job.pid)[job.pid] == 0
+    out, _ = job.communicate("", timeout=60)
+    assert out.strip().startswith("None -")

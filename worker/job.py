@@ -53,7 +53,7 @@ from tinygpt.ranks import DistInfo, dist_info
 from tinygpt.records import Callbacks, StepMetrics
 from tinygpt.records import Sample as TrainSample
 from tinygpt.run_config import OPTIONS, TrainConfig
-from tinygpt.train import NonFiniteLoss, Trainer, warm_up
+from tinygpt.train import NonFiniteLoss, Trainer
 
 from .cancel import JobCancelled, cancel_interrupt
 from .parent import end_with_parent
@@ -314,24 +314,11 @@ def run_benchmark(run: Run, settings: Settings, callbacks: JobCallbacks) -> tupl
     return len(cells) < total, None
 
 
-def wait_for_run() -> list[str] | None:
-    """A warm job (``--warm``), started ahead with its modules imported, the database ready and
-    torch's first-use costs paid (``warm_up``): the worker hands it a run as ``RUN_ID ATTEMPT`` on
-    stdin; stdin closed without one (the worker stopping): None."""
-    init_db(get_settings())
-    warm_up()
-    line = sys.stdin.readline()
-    return line.split() if line.strip() else None
-
-
-def main(argv: list[str]) -> int:
+def main(argv: list[str], *, schema_ready: bool = False) -> int:
+    """Run ``RUN_ID ATTEMPT`` to its end; ``schema_ready``: the database schema is up to date already (a warm
+    job process brought it up to date while it waited: ``worker.warm``)."""
     parent = os.getppid()
     end_with_parent(parent)  # SIGTERM when the worker dies: checkpoint, back to the queue
-    warm = argv == ["--warm"]
-    if warm:
-        argv = wait_for_run()
-        if argv is None:
-            return EXIT_OK
     run_id, attempt = int(argv[0]), int(argv[1])
     # `kill -USR1 PID`: where is this job? (its main thread's stack, in the worker's log). Not all threads:
     # faulthandler reads other threads' frames without the GIL, and a test probing a job 50 times a second
@@ -341,7 +328,7 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format=f"job {run_id} (rank {dist.rank}): %(levelname)s %(message)s")
     settings = get_settings()
     limit_memory(settings)
-    if dist.is_main and not warm:  # a warm job brought the schema up to date while it waited
+    if dist.is_main and not schema_ready:
         init_db(settings)
     with session_scope(settings) as s:
         run = s.get(Run, run_id)

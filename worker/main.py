@@ -59,6 +59,7 @@ class Slot:
 
 
 JOB_COMMAND = [sys.executable, "-m", "worker.job"]
+WARM_JOB_COMMAND = [sys.executable, "-m", "worker.warm"]
 
 
 def signal_description(returncode: int) -> str:
@@ -116,7 +117,7 @@ class Worker:
 
     def start_warm(self, slot: Slot) -> None:
         if self.settings.warm_jobs and not self.stopping.is_set():
-            slot.warm = subprocess.Popen([*JOB_COMMAND, "--warm"], stdin=subprocess.PIPE, text=True,
+            slot.warm = subprocess.Popen(WARM_JOB_COMMAND, stdin=subprocess.PIPE, text=True,
                                          start_new_session=True)
 
     def stop_warm(self) -> None:
