@@ -9,6 +9,7 @@ from tinygpt.model import GPT, KVCache, Linear, apply_rope, rope_tables
 from tinygpt.presets import ARCHS, PRESETS, list_presets, model_config, parameter_count
 
 ARCH_NAMES = list(ARCHS)
+SPEEDRUN = {"mlp": "relu2", "qk_norm": True, "untied_head": True}  # the speedruns' switches, all at once
 
 
 def small_config(arch: str, **kw) -> GPTConfig:
@@ -26,6 +27,7 @@ def test_holmes_is_the_series_model_exactly():
         "block_norms": 1_024,
         "blocks": 6 * 788_736,
         "final_norm": 512,
+        "head": 0,
         "total": 5_781_504,
     }
     cfg = model_config("holmes")
@@ -42,7 +44,8 @@ def test_cpu_preset_sizes(arch):
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("switches", [{}, {"bias": False, "attn_bias": True}, {"norm": "rmsnorm", "bias": True},
-                                      {"mlp": "swiglu", "pos": "learned", "bias": True}])
+                                      {"mlp": "swiglu", "pos": "learned", "bias": True},
+                                      SPEEDRUN])
 def test_counted_parameters_are_the_built_models(preset, arch, switches):
     config = model_config(preset, arch, **switches)
     with torch.device("meta"):
@@ -104,10 +107,10 @@ def test_attention_is_causal(arch):
     assert not torch.allclose(a[0, 12:], b[0, 12:])
 
 
-@pytest.mark.parametrize("arch", ARCH_NAMES)
-def test_kv_cache_gives_the_same_logits_as_full_forward(arch):
+@pytest.mark.parametrize("arch, switches", [(arch, {}) for arch in ARCH_NAMES] + [("modern", SPEEDRUN)])
+def test_kv_cache_gives_the_same_logits_as_full_forward(arch, switches):
     torch.manual_seed(0)
-    cfg = small_config(arch)
+    cfg = small_config(arch, **switches)
     model = GPT(cfg).eval()
     x = torch.randint(300, (1, 24))
     with torch.no_grad():
@@ -171,3 +174,48 @@ def test_one_row_inference_path_of_linear_matches_f_linear(bias):
     expected = torch.nn.functional.linear(x, layer.weight, layer.bias)
     assert torch.allclose(refreshed, expected, atol=1e-6)
     assert not torch.allclose(fast, refreshed)
+
+
+def test_relu2_mlp_is_the_square_of_relu_through_four_times_the_width():
+    torch.manual_seed(0)
+    config = small_config("series", mlp="relu2")
+    mlp = GPT(config).blocks[0].mlp
+    x = torch.randn(2, 5, config.d_model)  # (B, T, C)
+    up = x @ mlp.up.weight.T + mlp.up.bias  # (B, T, 4C), written from the definition
+    expected = torch.where(up > 0, up * up, torch.zeros_like(up)) @ mlp.down.weight.T + mlp.down.bias
+    assert mlp.up.weight.shape == (4 * config.d_model, config.d_model)
+    torch.testing.assert_close(mlp(x), expected)
+
+
+def test_qk_norm_attends_with_unit_rms_queries_and_keys_before_rope():
+    torch.manual_seed(0)
+    config = small_config("series", qk_norm=True)
+    model = GPT(config).eval()
+    attn, (B, T, C), h = model.blocks[0].attn, (2, 7, config.d_model), config.n_heads
+    x = torch.randn(B, T, C)
+    q, k, v = (x @ attn.qkv.weight.T).split(C, dim=-1)  # (B, T, C) each
+    heads = [t.view(B, T, h, C // h).transpose(1, 2) for t in (q, k, v)]  # (B, h, T, hd)
+    rms = [t / t.pow(2).mean(-1, keepdim=True).add(torch.finfo(t.dtype).eps).sqrt() for t in heads[:2]]
+    cos, sin = model.rope_cos[:T], model.rope_sin[:T]
+    q, k = (apply_rope(t, cos, sin) for t in rms)
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(C // h)  # (B, h, T, T)
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    y = (scores.softmax(-1) @ heads[2]).transpose(1, 2).reshape(B, T, C) @ attn.proj.weight.T
+    torch.manual_seed(0)
+    plain = GPT(small_config("series")).blocks[0].attn  # the same weights (qk_norm has none), without it
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x, (cos, sin)), y, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(plain.qkv.weight, attn.qkv.weight)
+        assert not torch.allclose(plain(x, (cos, sin)), y, atol=1e-3)
+
+
+def test_an_untied_head_is_its_own_matrix_and_starts_at_exactly_ln_vocab():
+    torch.manual_seed(0)
+    model = GPT(small_config("modern", untied_head=True))
+    x = torch.randint(300, (2, 16))
+    _, loss = model(x, x)
+    assert model.head.weight is not model.tok_emb.weight and not model.head.weight.any()
+    assert loss.item() == pytest.approx(math.log(300), abs=1e-6)
+    assert model.param_breakdown()["head"] == 300 * model.config.d_model
+    loss.backward()
+    assert model.head.weight.grad.abs().sum() > 0 and model.tok_emb.weight.grad.abs().sum() == 0  # zero head: no signal back yet

@@ -171,6 +171,9 @@ def test_model_options_override_the_preset():
     model = config.model_config()
     assert (model.d_model, model.n_heads, model.n_layers, model.context, model.norm, model.mlp) == (
         96, 6, 2, 64, "layernorm", "swiglu")  # the rest stays the preset's and its architecture's
+    assert (model.qk_norm, model.untied_head) == (False, False)
+    speedrun = TrainConfig(preset="tiny", mlp="relu2", qk_norm=True, untied_head=True).validate().model_config()
+    assert (speedrun.mlp, speedrun.qk_norm, speedrun.untied_head, speedrun.norm) == ("relu2", True, True, "rmsnorm")
 
 
 @pytest.mark.parametrize("body, message", [

@@ -114,6 +114,11 @@ def test_model_size_options_show_parameters_and_memory_live(site, page):
     page.wait_for_function("document.querySelector('#preset-info').textContent.includes('must be divisible')")
     assert "d_model (96) must be divisible by n_heads (7)" in page.inner_text("#preset-info")
     page.js_errors[:] = [e for e in page.js_errors if "status of 422" not in e]
+    page.fill("input[name=n_heads]", "6")
+    page.check("input[name=untied_head]")  # a checkbox that shapes the model: the head's 4,096 x 96 more
+    untied = model_size(TrainConfig(preset="tiny", d_model=96, n_heads=6, untied_head=True).model_config(), 16)
+    assert untied["params"] == expected["params"] + 4096 * 96
+    page.wait_for_function(f"document.querySelector('#preset-info').textContent.includes('{untied['params']:,} parameters')")
 
 
 def test_sample_box_streams_text(site, page):

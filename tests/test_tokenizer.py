@@ -50,7 +50,7 @@ def test_training_stops_when_pairs_run_out(trainer):
 
 
 def test_incremental_matches_simple_on_a_corpus_slice(holmes_text):
-    words = count_words(holmes_text[:250_000])
+    words = count_words(holmes_text[:100_000])
     assert train_merges(words, 300) == train_merges_simple(words, 300)
 
 

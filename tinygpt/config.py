@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Literal
+from typing import Literal, get_args
 
 PosKind = Literal["rope", "learned"]
 NormKind = Literal["layernorm", "rmsnorm"]
-MlpKind = Literal["gelu", "swiglu"]
+MlpKind = Literal["gelu", "swiglu", "relu2"]
 
 
 #: The sizes a model may have: the run options' bounds (``tinygpt/run_config.py``), and what a checkpoint may
@@ -36,6 +36,8 @@ class GPTConfig:
     bias: bool = True
     attn_bias: bool = False
     rope_base: float = 10000.0
+    qk_norm: bool = False  # queries and keys RMS-normalised per head (no weights), before RoPE
+    untied_head: bool = False  # the output head its own matrix (zero at the start), not the token embedding's
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -43,7 +45,7 @@ class GPTConfig:
         if self.pos == "rope" and (self.d_model // self.n_heads) % 2:
             raise ValueError(f"pos 'rope' needs an even head dimension: d_model ({self.d_model}) / n_heads "
                              f"({self.n_heads}) = {self.d_model // self.n_heads}")
-        for name, allowed in (("pos", ("rope", "learned")), ("norm", ("layernorm", "rmsnorm")), ("mlp", ("gelu", "swiglu"))):
+        for name, allowed in (("pos", get_args(PosKind)), ("norm", get_args(NormKind)), ("mlp", get_args(MlpKind))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
 
@@ -53,13 +55,13 @@ class GPTConfig:
 
     @property
     def mlp_hidden(self) -> int:
-        if self.mlp == "gelu":
+        if self.mlp != "swiglu":  # gelu, relu2
             return 4 * self.d_model
         return 64 * math.ceil(8 * self.d_model / 3 / 64)
 
     @property
     def num_params(self) -> int:
-        """The parameters of the model this config builds, counted without building it (the tied output head
+        """The parameters of the model this config builds, counted without building it (a tied output head
         counted once): :meth:`tinygpt.model.GPT.num_params` of the same config, checked in tests/test_model.py."""
         d, hidden = self.d_model, self.mlp_hidden
         norm = d * (2 if self.norm == "layernorm" and self.bias else 1)  # weight (and bias)
@@ -68,7 +70,8 @@ class GPTConfig:
         mlp_out = hidden * d + (d if self.bias else 0)
         block = 2 * norm + attention + mlp_in + mlp_out
         positions = self.context * d if self.pos == "learned" else 0
-        return self.vocab_size * d + positions + self.n_layers * block + norm
+        head = self.vocab_size * d if self.untied_head else 0
+        return self.vocab_size * d + positions + self.n_layers * block + norm + head
 
     def to_dict(self) -> dict:
         return asdict(self)

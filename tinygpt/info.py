@@ -39,6 +39,8 @@ def print_preset_info(preset: str, arch: str | None) -> int:
     print(f"    norms                            {parts['block_norms']:>12,}")
     print(f"  {config.n_layers} blocks                           {parts['blocks']:>12,}")
     print(f"  final norm                         {parts['final_norm']:>12,}")
+    if parts["head"]:
+        print(f"  output head (untied)               {parts['head']:>12,}")
     print(f"  total                              {parts['total']:>12,}")
     loss = untrained_loss(model)
     expected = math.log(config.vocab_size)

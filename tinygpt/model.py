@@ -5,8 +5,12 @@ Pre-norm transformer blocks, tied input/output embedding, causal attention throu
 
 - ``pos``: ``rope`` (rotary, precomputed cos/sin tables) or ``learned`` (absolute embedding)
 - ``norm``: ``layernorm`` or ``rmsnorm``
-- ``mlp``: ``gelu`` (4x hidden) or ``swiglu`` (about 8/3 x hidden, rounded up to 64)
+- ``mlp``: ``gelu`` (4x hidden), ``swiglu`` (about 8/3 x hidden, rounded up to 64) or ``relu2`` (ReLU squared,
+  4x hidden: the speedruns' MLP)
 - ``bias``: biases in the MLP and LayerNorm; ``attn_bias``: biases in the attention projections
+- ``qk_norm``: queries and keys RMS-normalised per head before RoPE (no weights), as the speedruns do
+- ``untied_head``: the output head a matrix of its own, zero at the start (so the untrained loss is exactly
+  ln(vocab)), instead of the token embedding's
 
 Generation with a KV cache goes through :meth:`GPT.forward` with ``cache`` and
 ``start_pos``; see :mod:`tinygpt.sample`.
@@ -124,6 +128,8 @@ class CausalSelfAttention(nn.Module):
         h, hd = self.config.n_heads, self.config.head_dim
         qkv = self.qkv(x).view(B, T, 3, h, hd).transpose(1, 3)  # (B, heads, 3, T, head_dim)
         qk, v = qkv[:, :, :2], qkv[:, :, 2]  # (B, heads, 2, T, head_dim), (B, heads, T, head_dim)
+        if self.config.qk_norm:
+            qk = F.rms_norm(qk, (hd,))  # each query and key to RMS 1
         if rope is not None:
             cos, sin = rope
             qk = apply_rope(qk, cos, sin)  # one call rotates queries and keys
@@ -158,6 +164,8 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kind == "swiglu":
             return self.down(F.silu(self.gate(x)) * self.up(x))
+        if self.kind == "relu2":
+            return self.down(F.relu(self.up(x)).square())
         return self.down(F.gelu(self.up(x)))
 
 
@@ -188,13 +196,16 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layers))
         self.norm_f = make_norm(config)
         self.head = Linear(config.d_model, config.vocab_size, bias=False)
-        self.head.weight = self.tok_emb.weight  # tied input/output embedding
+        if not config.untied_head:
+            self.head.weight = self.tok_emb.weight  # tied input/output embedding
         if config.pos == "rope":
             cos, sin = rope_tables(config.head_dim, config.context, config.rope_base)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
         self.gradient_checkpointing = False
         self.apply(self._init_weights)
+        if config.untied_head:
+            nn.init.zeros_(self.head.weight)  # every token equally likely at first: loss ln(vocab)
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, nn.Linear):
@@ -212,7 +223,8 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def param_breakdown(self) -> dict[str, int]:
-        """Parameter counts by part: embedding, one block (attention, MLP, norms), all blocks, final norm."""
+        """Parameter counts by part: embedding, one block (attention, MLP, norms), all blocks, final norm and
+        an untied head."""
         block = self.blocks[0]
         attn = sum(p.numel() for p in block.attn.parameters())
         mlp = sum(p.numel() for p in block.mlp.parameters())
@@ -226,6 +238,7 @@ class GPT(nn.Module):
             "block_norms": norms,
             "blocks": sum(p.numel() for p in self.blocks.parameters()),
             "final_norm": sum(p.numel() for p in self.norm_f.parameters()),
+            "head": self.head.weight.numel() if self.config.untied_head else 0,
             "total": self.num_params(),
         }
 

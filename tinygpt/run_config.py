@@ -56,8 +56,11 @@ class TrainConfig:
                              advanced=True)
     norm: str | None = option(None, "normalisation", "model", choices=get_args(NormKind),
                               none="the architecture's", advanced=True)
-    mlp: str | None = option(None, "feed-forward block", "model", choices=get_args(MlpKind),
+    mlp: str | None = option(None, "feed-forward block (relu2: ReLU squared)", "model", choices=get_args(MlpKind),
                              none="the architecture's", advanced=True)
+    qk_norm: bool = option(False, "RMS-normalise queries and keys per head, before RoPE", "model", advanced=True)
+    untied_head: bool = option(False, "an output head of its own (zero at the start), not the token embedding's",
+                               "model", advanced=True)
     # data and device
     corpus: str = ""  # a file: the command line's --corpus, the dashboard's dataset
     device: str = option("auto", "auto, cpu, cuda, cuda:N, mps or xla", "data and device")
@@ -169,7 +172,8 @@ class TrainConfig:
 
 
 #: The options that override the preset's model (``GPTConfig`` fields of the same name).
-MODEL_OVERRIDES = ("vocab_size", "dropout", "d_model", "n_layers", "n_heads", "context", "pos", "norm", "mlp")
+MODEL_OVERRIDES = ("vocab_size", "dropout", "d_model", "n_layers", "n_heads", "context", "pos", "norm", "mlp",
+                   "qk_norm", "untied_head")
 
 #: Every run option, in declaration order: name -> :class:`tinygpt.options.Option`.
 OPTIONS = options_of(TrainConfig)

@@ -54,12 +54,13 @@ async def model_size_of(
     vocab_size: int | None = None, d_model: int | None = None, n_layers: int | None = None,
     n_heads: int | None = None, context: int | None = None,
     pos: Annotated[str | None, Query(max_length=50)] = None, norm: Annotated[str | None, Query(max_length=50)] = None,
-    mlp: Annotated[str | None, Query(max_length=50)] = None,
+    mlp: Annotated[str | None, Query(max_length=50)] = None, qk_norm: bool = False, untied_head: bool = False,
 ) -> dict:
     """Parameters and a rough training memory (MiB, fp32) of a preset with the model options given
     overriding it: what the new-run form shows before a run starts. 422 names an option out of range."""
     sizes = {"preset": preset, "arch": arch, "vocab_size": vocab_size, "d_model": d_model, "n_layers": n_layers,
-             "n_heads": n_heads, "context": context, "pos": pos, "norm": norm, "mlp": mlp}
+             "n_heads": n_heads, "context": context, "pos": pos, "norm": norm, "mlp": mlp, "qk_norm": qk_norm,
+             "untied_head": untied_head}
     for name, value in sizes.items():
         try:
             OPTIONS[name].check(value)

@@ -31,7 +31,11 @@ function setupNewRunForm() {
   async function showModelSize(preset) {
     const query = new URLSearchParams({ preset: preset.name, batch_size: field("batch_size").value || 1 });
     for (const name of await modelOptions) {
-      if (field(name) && field(name).value !== "") query.set(name, field(name).value);
+      const input = field(name);
+      if (!input) continue;
+      if (input.type === "checkbox") {
+        if (input.checked) query.set(name, "true");
+      } else if (input.value !== "") query.set(name, input.value);
     }
     const mine = ++sizeRequest;
     const response = await fetch(TG.url("/api/model-size?" + query));
