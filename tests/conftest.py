@@ -4,11 +4,14 @@ a small tokenizer trained once per session, and a factory for tiny training conf
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -22,6 +25,17 @@ from .browser import browser, page  # noqa: F401 (fixtures for the page tests: C
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_HOLMES = ROOT.parent / "shared" / "data" / "holmes.txt"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_tls_context() -> Iterator[None]:
+    """httpx builds a TLS context for every client it makes (26 ms here: it reads the CA bundle), and the tests
+    make over a thousand clients (``httpx.get`` is one each) of the plain-HTTP servers they start: the context is
+    made once for each set of TLS arguments and shared, as one client would share it."""
+    from httpx._transports import default
+
+    with mock.patch.object(default, "create_ssl_context", functools.cache(default.create_ssl_context)):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -93,12 +93,11 @@ def test_a_hopeless_trial_is_pruned_before_its_last_step(service):
     home, app = service
     with app.client() as c:
         sweep = create_sweep(c, method="grid", parameters={"lr": {"values": [0.01, 0.008, 1e-7]}}, parallel=1,
-                             early_terminate={"type": "median", "min_iter": 1}, seed=3,
-                             base={**BASE, "steps": 20})
+                             early_terminate={"type": "median", "min_iter": 1}, seed=3)
         read_events(f"{app.url}/api/sweeps/{sweep['id']}/events", timeout=300)
         detail = c.get(f"/api/sweeps/{sweep['id']}").json()
     hopeless = next(t for t in detail["trials"] if t["params"]["lr"] == 1e-7)
-    assert hopeless["status"] == "pruned" and hopeless["last_step"] < 20
+    assert hopeless["status"] == "pruned" and hopeless["last_step"] < BASE["steps"]
     assert hopeless["objective"] is None and hopeless["best_val_loss"] is not None  # metrics kept
     assert detail["best"]["params"]["lr"] in (0.01, 0.008)
     files = files_of(detail, home)[hopeless["trial"]]
