@@ -122,9 +122,9 @@ def startup_section(st: dict) -> list[str]:
         f" and 3 s: {'met' if st['first_metric_median_s'] <= 1.5 and st['end_median_s'] <= 3 else 'NOT met'}). Where"
         f" the time goes: the first metric row is the step-0 evaluation (20 batches of each split, 16 x 128 tokens,"
         f" through the 4,096-token head), {alone['evaluation_median_s']:.2f} s in one process on this CPU; a 4-step"
-        " run evaluates twice. The job reaches `resolved` within a few tenths of a second of submission (warm job"
-        " process); the rest is those evaluations, slowed by the next warm job process, which imports torch while"
-        " this run trains.",
+        " run evaluates twice. A warm job process reaches `resolved` within a few tenths of a second of submission;"
+        " the next run's warm process prepares at the lowest CPU priority while this one trains (`worker/warm.py`),"
+        " and a run submitted before it is ready waits for the rest of its imports (the `resolved` column).",
         "",
     ]
     return lines
