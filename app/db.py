@@ -9,8 +9,6 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config as AlembicConfig
 from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
@@ -58,11 +56,16 @@ PG_MIGRATION_LOCK = 727_001  # pg_advisory_lock key: one process migrates at a t
 def init_db(settings: Settings | None = None) -> Engine:
     """Bring the schema up to date (Alembic, ``upgrade head``) for SQLite and PostgreSQL alike.
 
-    Called at start-up by the app and the worker, which may start together: migrations run
+    Called at start-up by the app and the worker, which may start together (not by the jobs a worker
+    starts: it migrated before it claimed their runs): migrations run
     under a lock (a lock file beside a SQLite database, an advisory lock on PostgreSQL).
     A database made by an earlier version without migrations is stamped with the first
     revision, then upgraded.
     """
+    # imported here: the processes that only use the database (every job) skip Alembic's 0.24 s import
+    from alembic import command
+    from alembic.config import Config as AlembicConfig
+
     engine = get_engine(settings)
     logging.getLogger("alembic").setLevel(logging.WARNING)  # one line per process start is noise
     with migration_lock(engine), engine.begin() as connection:

@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 
 from sqlmodel import Session
 
-from app.db import get_engine, init_db, session_scope
+from app.db import get_engine, session_scope
 from app.models import Alert, EventType, Run, RunKind, RunStatus, utcnow
 from app.services import benchmarks as bench_svc
 from app.services import study as studies
@@ -314,9 +314,9 @@ def run_benchmark(run: Run, settings: Settings, callbacks: JobCallbacks) -> tupl
     return len(cells) < total, None
 
 
-def main(argv: list[str], *, schema_ready: bool = False) -> int:
-    """Run ``RUN_ID ATTEMPT`` to its end; ``schema_ready``: the database schema is up to date already (a warm
-    job process brought it up to date while it waited: ``worker.warm``)."""
+def main(argv: list[str]) -> int:
+    """Run ``RUN_ID ATTEMPT`` to its end. The schema is the worker's business: it brought the database up to
+    date when it registered, before it claimed this run."""
     parent = os.getppid()
     end_with_parent(parent)  # SIGTERM when the worker dies: checkpoint, back to the queue
     run_id, attempt = int(argv[0]), int(argv[1])
@@ -328,8 +328,6 @@ def main(argv: list[str], *, schema_ready: bool = False) -> int:
     logging.basicConfig(level=logging.INFO, format=f"job {run_id} (rank {dist.rank}): %(levelname)s %(message)s")
     settings = get_settings()
     limit_memory(settings)
-    if dist.is_main and not schema_ready:
-        init_db(settings)
     with session_scope(settings) as s:
         run = s.get(Run, run_id)
         if dist.is_main:

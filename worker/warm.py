@@ -1,6 +1,6 @@
 """A warm job process, ``python -m worker.warm``: the worker starts one per device slot ahead of its next run.
 
-It imports the job's modules, brings the database schema up to date and pays torch's first-use costs
+It imports the job's modules and pays torch's first-use costs
 (``tinygpt.train.warm_up``) at the lowest CPU priority, so that a run training beside it keeps the cores: on
 2 cores, an import at equal priority made the running job's 10 steps and 2 evaluations 6 times slower. Then it
 waits for the run the worker hands it on stdin (``RUN_ID ATTEMPT``), takes its normal priority back and runs
@@ -45,13 +45,10 @@ def prepare(*, lower_this_thread: bool) -> None:
     priority (Linux: a thread's nice value is its own, and the threads it starts inherit it)."""
     if lower_this_thread:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOWEST_PRIORITY)
-    from app.db import init_db
-    from app.settings import get_settings
     from tinygpt.train import warm_up
 
     from . import job  # noqa: F401  the job's modules, imported here rather than when its run arrives
 
-    init_db(get_settings())
     warm_up()
     prepared.set()
 
@@ -81,7 +78,7 @@ def main() -> NoReturn:
     from .job import EXIT_OK, exit_at_once
     from .job import main as run_job
 
-    exit_at_once(EXIT_OK if argv is None else run_job(argv, schema_ready=prepared.is_set()))
+    exit_at_once(EXIT_OK if argv is None else run_job(argv))
 
 
 if __name__ == "__main__":
