@@ -3,7 +3,7 @@
 Every figure is a ratio of two things measured side by side in this one run, on
 this machine; absolute numbers are printed for context only.
 
-    python -m benchmarks.run [--only tokenizer,train,sample,service,dashboard,load,sweep,startup,alerts,report,history] [--out BENCHMARKS.md]
+    python -m benchmarks.run [--only tokenizer,train,sample,service,dashboard,load,sweep,startup,alerts,report,history,speedrun] [--out BENCHMARKS.md]
 
 Results are also kept in benchmarks/results.json; a run with --only replaces those suites'
 results and keeps the others (each suite's ratios are measured within its own run).
@@ -26,6 +26,7 @@ from . import (
     bench_report,
     bench_sample,
     bench_service,
+    bench_speedrun,
     bench_startup,
     bench_sweep,
     bench_tokenizer,
@@ -47,6 +48,7 @@ SUITES = {
     "alerts": bench_alerts.run,
     "report": bench_report.run,
     "history": bench_history.run,
+    "speedrun": bench_speedrun.run,
 }
 
 
@@ -127,6 +129,34 @@ def startup_section(st: dict) -> list[str]:
         " and a run submitted before it is ready waits for the rest of its imports (the `resolved` column).",
         "",
     ]
+    return lines
+
+
+def speedrun_section(sp: dict) -> list[str]:
+    """Time to holmes 3.76: the fast recipe trained for real per seed, against the series' recorded tokens at its
+    step's throughput measured in the same run."""
+    lines = [
+        f"## Time to target: the fast recipe against the series' (validation loss {sp['target']:g})",
+        "",
+        "`python -m benchmarks.run --only speedrun` (benchmarks/bench_speedrun.py; docs/SPEEDRUN.md tells how the",
+        f"recipe was found). fp32, {sp['threads']} threads. Training time as the dashboard shows it (evaluation and"
+        " checkpoints excluded). The series: its recorded",
+        f"{sp['series_tokens_to_target'] / 1e6:.2f}M tokens to the target (docs/runs/cpu-holmes-1500-fp32.csv,"
+        f" interpolated between its evaluations) at its step's {sp['series_tokens_per_sec']:,.0f} tokens/s measured"
+        f" here: **{sp['series_sec_to_target'] / 60:.1f} min**. The fast recipe's step: "
+        f"{sp['fast_step_tokens_per_sec']:,.0f} tokens/s, side by side.",
+        "",
+        "| fast recipe, seed | reached at step | tokens | training time | whole-split val loss |",
+        "|---|---|---|---|---|",
+    ]
+    for r in sp["fast_runs"]:
+        lines.append(f"| {r['seed']} | {r['step']} | {r['tokens'] / 1e6:.2f}M | {r['train_sec'] / 60:.1f} min |"
+                     f" {r['val_loss_full']:.4f} |" if r["reached"] else
+                     f"| {r['seed']} | not in {r['steps']} steps (best {r['best_val_loss']:.4f}) | | | |")
+    ratio = sp["fast_over_series"]
+    lines += ["", f"fast / series time to target: {ratio:.2f}" if ratio is not None else
+              "fast / series time to target: not measured (a seed did not reach the target)",
+              "", "(the slowest seed's; goal: at most 0.33)", ""]
     return lines
 
 
@@ -415,6 +445,8 @@ def render(results: dict, machine_line: str, cpu_line: str, date: str) -> str:
         lines += sweep_section(sw)
     if st := results.get("startup"):
         lines += startup_section(st)
+    if sp := results.get("speedrun"):
+        lines += speedrun_section(sp)
     if al := results.get("alerts"):
         lines += alerts_section(al)
     if rp := results.get("report"):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check: on a machine with an NVIDIA GPU, run the GPU-marked tests (device resolution,
 # bf16/fp16 training, memory figures, CPU/GPU curves within 0.02, cached sampling, OOM in a sweep)
-# and the holmes benchmark sweep; print what BENCHMARKS.md records. Finishes in under 8 minutes.
+# and the holmes benchmark sweep, then both recipes (series, fast) trained to holmes 3.76 (time to target,
+# benchmarks/bench_speedrun.py); print what BENCHMARKS.md records. Finishes in under 9 minutes.
 #
 #   scripts/gpu_check.sh [OUT_DIR]      (OUT_DIR default: gpu-check/; logs and JSON land there)
 #
@@ -60,4 +61,11 @@ import json, sys
 from tinygpt.bench import Cell, format_table
 print(format_table([Cell(**c) for c in json.load(open(sys.argv[1]))["cells"]]))
 PY
+
+echo "== time to target: series and fast recipes to holmes 3.76 (one seed)"
+if [ "${TINYGPT_HOLMES_PATH}" = "$PWD/$out/standin.txt" ]; then
+  echo "skipped: needs the Holmes corpus (the stand-in has no known target)"
+else
+  timeout 120 "$py" -m benchmarks.bench_speedrun --device cuda --seeds 1337 | tee "$out/speedrun.txt"
+fi
 exit "$tests_status"

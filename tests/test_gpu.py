@@ -62,6 +62,17 @@ def test_a_cuda_run_checks_for_nan_a_step_late_and_no_weight_moves(tiny_config, 
         torch.testing.assert_close(after[name], before, equal_nan=True, rtol=0, atol=0, msg=name)
 
 
+def test_cuda_graphs_follow_the_eager_curve(tiny_config, tmp_path):
+    """compile_mode reduce-overhead (CUDA graphs, for launch-bound small batches) trains the eager run's curve."""
+    curves = {}
+    for name, options in {"eager": {}, "graphs": {"compile": True, "compile_mode": "reduce-overhead"}}.items():
+        config = tiny_config(device="cuda", precision="fp32", steps=40, eval_every=20, batch_size=8, **options)
+        Trainer(config, tmp_path / name).run()
+        curves[name] = [m.val_loss for m in read_metrics_csv(tmp_path / name / "metrics.csv") if m.val_loss]
+    gaps = [abs(a - b) for a, b in zip(curves["eager"], curves["graphs"], strict=True)]
+    assert len(gaps) == 3 and max(gaps) < 0.02, gaps
+
+
 def test_cpu_and_gpu_curves_agree_for_the_same_seed_and_batches(tiny_config, tmp_path):
     curves = {}
     for device in ("cpu", "cuda"):

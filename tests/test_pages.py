@@ -121,6 +121,37 @@ def test_model_size_options_show_parameters_and_memory_live(site, page):
     page.wait_for_function(f"document.querySelector('#preset-info').textContent.includes('{untied['params']:,} parameters')")
 
 
+def form_values(page, names) -> dict:  # noqa: ANN001
+    """What the new-run form shows for these options (a checkbox: whether it is ticked; a number as a number)."""
+    return {name: as_number(value) for name, value in page.evaluate("""(names) => Object.fromEntries(names.map(
+      (name) => {
+        const input = document.querySelector(`#new-form [name=${name}]`);
+        return [name, input.type === "checkbox" ? input.checked : input.value];
+      }))""", names).items()}
+
+
+def as_number(value: object) -> object:
+    try:
+        return float(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
+
+
+def test_choosing_a_recipe_fills_its_options_and_the_series_undoes_them(site, page):
+    from tinygpt.recipes import RECIPES, with_recipe
+
+    fast = RECIPES["fast"].options
+    page.goto(f"{site.url}/new")
+    before = form_values(page, list(fast))
+    page.select_option("select[name=recipe]", "fast")
+    assert form_values(page, list(fast)) == fast
+    params = model_size(TrainConfig(**with_recipe({"recipe": "fast"})).model_config(), fast["batch_size"])["params"]
+    page.wait_for_function(f"document.querySelector('#preset-info').textContent.includes('{params:,} parameters')")
+    shot(page, "new-run-fast-recipe")
+    page.select_option("select[name=recipe]", "series")
+    assert form_values(page, list(fast)) == before and before != fast
+
+
 def test_sample_box_streams_text(site, page):
     import httpx
 

@@ -208,10 +208,19 @@ def test_resume_refuses_another_model(tmp_path, tiny_config, cache_dir):
 
 
 @pytest.mark.slow
-def test_compiled_run_saves_plain_weights(tmp_path, tiny_config, cache_dir):
-    result = train(tiny_config(steps=10, eval_every=10, compile=True, sample_tokens=0), tmp_path, cache_dir=cache_dir)
-    state = read_checkpoint(tmp_path / "best.pt")
-    assert result.steps_done == 10 and not any("_orig_mod" in k for k in state["model"])
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_a_compiled_run_follows_the_eager_one_and_saves_plain_weights(tmp_path, tiny_config, cache_dir, mode):
+    """Each compile mode the option offers trains the same curve as eager PyTorch (on the CPU reduce-overhead runs
+    without CUDA graphs: the path, the per-step graph marks included; tests/test_gpu.py runs the graphs)."""
+    losses = {}
+    for name, options in {"eager": {}, mode: {"compile": True, "compile_mode": mode}}.items():
+        result = train(tiny_config(steps=10, eval_every=5, sample_tokens=0, **options), tmp_path / name,
+                       cache_dir=cache_dir)
+        assert result.steps_done == 10
+        losses[name] = [(m.train_loss, m.val_loss) for m in read_metrics_csv(tmp_path / name / "metrics.csv")]
+    torch.testing.assert_close(losses[mode], losses["eager"], rtol=1e-4, atol=1e-4)
+    state = read_checkpoint(tmp_path / mode / "best.pt")
+    assert not any("_orig_mod" in k for k in state["model"])
 
 
 # peak memory of the holmes preset on an H200 by batch (BENCHMARKS.md, "GPU: holmes sweep"): fp32 and bf16, MiB

@@ -1,4 +1,4 @@
-"""``tinygpt info``: presets, parameter breakdowns, the untrained-loss check, devices."""
+"""``tinygpt info``: presets, recipes, parameter breakdowns, the untrained-loss check, devices."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import torch
 from .device import available_devices, cpu_summary
 from .model import GPT
 from .presets import ARCHS, list_presets, model_config
+from .recipes import list_recipes
 
 UNTRAINED_TOLERANCE = 0.1
 
@@ -55,6 +56,10 @@ def print_presets() -> None:
     for p in list_presets():
         counts = ", ".join(f"{a} {p['params'][a]:,}" for a in ARCHS)
         print(f"  {p['name']:<8} {p['description']}\n           default {p['default_arch']}; {counts}")
+    print("recipes (tinygpt train --recipe NAME; the options given win):")
+    for r in list_recipes():
+        options = ", ".join(f"{k} {v}" for k, v in r["options"].items()) or "the defaults"
+        print(f"  {r['name']:<8} {r['description']}\n           {options}")
 
 
 def print_devices() -> None:

@@ -19,10 +19,13 @@ from .config import SIZE_BOUNDS, GPTConfig, MlpKind, NormKind, PosKind
 from .device_names import PRECISION_CHOICES, check_device_name
 from .options import option, options_of, unknown_name_message
 from .presets import ARCHS, PRESETS, model_config, training_memory
+from .recipes import DEFAULT_RECIPE, RECIPES, with_recipe
 
 #: The ``optimizer`` and ``lr_schedule`` options' choices (tinygpt/optimization.py implements them).
 OPTIMIZER_CHOICES = ("adamw", "muon")
 SCHEDULE_CHOICES = ("cosine", "wsd", "linear")
+#: ``torch.compile``'s modes (the ``compile_mode`` option; tinygpt/train.py's ``compile_model``).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 
 
 def size_bounds(name: str) -> dict[str, int]:
@@ -36,6 +39,8 @@ class TrainConfig:
     """Everything that defines a training run, each option declared once (:mod:`tinygpt.options`):
     its default, range or choices, help and group. :data:`OPTIONS` reads them back for every layer."""
 
+    recipe: str = option(DEFAULT_RECIPE, "a named set of run options that fills the ones not given (series: the "
+                         "series' own; fast: holmes 3.76 sooner, docs/SPEEDRUN.md)", "model", choices=tuple(RECIPES))
     # model
     preset: str = option("holmes", "model size and suggested schedule", "model", choices=tuple(PRESETS))
     arch: str | None = option(None, "architecture: positions, norm and MLP", "model",
@@ -71,6 +76,9 @@ class TrainConfig:
     threads: int | None = option(None, "CPU threads", "data and device", ge=0, le=1024, none="PyTorch's default",
                                  advanced=True)
     compile: bool = option(False, "torch.compile the model", "data and device", advanced=True)
+    compile_mode: str = option("default", "torch.compile's mode (compile on): reduce-overhead records CUDA graphs, "
+                               "for small batches on a GPU whose step waits on kernel launches", "data and device",
+                               choices=COMPILE_MODES, advanced=True)
     grad_checkpointing: bool = option(False, "recompute activations in the backward pass (less memory)",
                                       "data and device", advanced=True)
     # optimisation
@@ -156,8 +164,10 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> TrainConfig:
-        """A config from stored options (a run's, or config.json's): unknown keys are refused, missing
-        ones take their defaults, values are checked."""
+        """A config from given or stored options (the command line's, a run's, config.json's): unknown keys are
+        refused, missing ones take their recipe's values (:mod:`tinygpt.recipes`), then their defaults; values are
+        checked."""
+        data = with_recipe(data)
         known = [f.name for f in fields(cls)]
         unknown = sorted(set(data) - set(known))
         if unknown:  # e.g. "unknown training option 'learning_rate': did you mean 'lr'?"

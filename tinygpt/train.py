@@ -116,7 +116,10 @@ def train_step(
     """
     grad_accum = config.grad_accum
     total = torch.zeros((), device=device)
+    graphs = config.compile and config.compile_mode == "reduce-overhead"
     for x, y in batches:
+        if graphs:  # a new iteration: the CUDA graphs' last outputs may be overwritten (total holds a copy)
+            torch.compiler.cudagraph_mark_step_begin()
         with dev.autocast(device, precision):
             logits, _ = model(x)  # (B, T, vocab)
             loss = training_loss(logits, y, config)
@@ -144,6 +147,12 @@ def train_step(
     optimizer.zero_grad(set_to_none=True)
     dev.xla_step(device)
     return total
+
+
+def compile_model(model: nn.Module, mode: str) -> nn.Module:
+    """``torch.compile`` in ``mode`` (:data:`~tinygpt.run_config.COMPILE_MODES`): ``reduce-overhead`` replays the
+    step's kernels as CUDA graphs on a GPU, one launch instead of hundreds (a CPU compiles it without graphs)."""
+    return torch.compile(model, mode=None if mode == "default" else mode)
 
 
 def check_finite(loss: torch.Tensor, grad_norm: torch.Tensor | None, *, distributed: bool = False) -> None:
@@ -335,7 +344,7 @@ class Trainer:
         if self.dist.enabled:  # gradients averaged across ranks in backward
             ids = [self.device.index] if self.device.type == "cuda" else None
             trained = DistributedDataParallel(self.model, device_ids=ids, broadcast_buffers=False)
-        self.forward_model = torch.compile(trained) if config.compile else trained
+        self.forward_model = compile_model(trained, config.compile_mode) if config.compile else trained
         self.eval_model = self.model if self.dist.enabled else self.forward_model  # rank 0 alone: no collectives
         self.csv = MetricsCsv(self.out_dir / "metrics.csv", self.state.step if self.resumed else None) \
             if self.dist.is_main else None

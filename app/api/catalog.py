@@ -9,6 +9,7 @@ from sqlalchemy import text
 
 from tinygpt.options import Option
 from tinygpt.presets import list_presets, model_size
+from tinygpt.recipes import list_recipes
 from tinygpt.run_config import MODEL_OVERRIDES, OPTIONS, TrainConfig
 
 from ..deps import SessionDep, SettingsDep
@@ -26,6 +27,12 @@ health_router = APIRouter(tags=["health"])
 async def presets() -> list[dict]:
     """Every preset with its sizes and parameter count per architecture."""
     return list_presets()
+
+
+@router.get("/recipes")
+async def recipes() -> list[dict]:
+    """Every recipe: a named set of run options (``recipe`` in POST /api/runs fills the options not given)."""
+    return list_recipes()
 
 
 @router.get("/options")

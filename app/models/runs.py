@@ -21,6 +21,7 @@ from sqlmodel import Field, SQLModel
 
 from tinygpt.device_names import check_device_name
 from tinygpt.options import Option
+from tinygpt.recipes import with_recipe
 from tinygpt.records import reached_line
 from tinygpt.run_config import OPTIONS, TrainConfig
 
@@ -122,6 +123,11 @@ def library_config(config: SQLModel) -> TrainConfig:
     return TrainConfig(**{name: getattr(config, name) for name in TRAINING_OPTIONS})
 
 
+def _recipe_fills(data: Any) -> Any:
+    """The options a body leaves out take its recipe's values (tinygpt/recipes.py), then their defaults."""
+    return with_recipe(data) if isinstance(data, dict) else data
+
+
 def _model_fits(config: SQLModel) -> SQLModel:
     """Sizes that do not fit together (heads that do not divide d_model, ...): the library's message, naming both."""
     try:
@@ -135,6 +141,7 @@ RunConfig = create_model(  # the validated training options of a run (POST /api/
     "RunConfig", __base__=InputModel, __doc__="The validated training options of a run.",
     __validators__={"gpus_split": field_validator("gpus")(_batch_splits_evenly),
                     "dataset_name": field_validator("dataset")(_dataset_name),
+                    "recipe_fills": model_validator(mode="before")(_recipe_fills),
                     "model_fits": model_validator(mode="after")(_model_fits)},
     **{name: option_field(spec) for name, spec in TRAINING_OPTIONS.items()},
     # what the dashboard adds to the library's options

@@ -158,7 +158,8 @@ def create_sweep(session: Session, *, body: SweepCreate, settings: Settings) -> 
         raise Invalid(f"metric time_to_target needs a target: set target_val_loss in base (dataset "
                       f"{base.dataset!r} has no known one)", field="metric")
     config = sweep_config(body)
-    config["base"] = base.model_dump(mode="json", exclude={"name", "tags"})
+    # the options given (checked), not their defaults: a trial's own recipe (a swept ``recipe``) fills the rest
+    config["base"] = base.model_dump(mode="json", exclude_unset=True, exclude={"name", "tags"})
     sweep = Sweep(name=body.name or f"{body.method} sweep of {', '.join(body.parameters)}", config=config,
                   tags=body.tags, trials_planned=studies.trials_planned(config))
     session.add(sweep)
@@ -318,8 +319,16 @@ def list_sweeps(session: Session) -> list[SweepPublic]:
     return [sweep_public(s, trials_of(session, s.id)) for s in sweeps]
 
 
+def resolved_config(config: dict) -> dict:
+    """A sweep's stored config with its base as every trial starts from it: the options given, then their
+    recipe's values and the defaults (what the API and the page show)."""
+    base = RunCreate.model_validate(config["base"]).model_dump(mode="json", exclude={"name", "tags"})
+    return {**config, "base": base}
+
+
 def sweep_public(sweep: Sweep, trials: list[Run]) -> SweepPublic:
-    return SweepPublic.model_validate({**sweep.model_dump(), "config": shown_config(sweep.config), "counts": dict(Counter(r.status for r in trials)),
+    return SweepPublic.model_validate({**sweep.model_dump(), "config": shown_config(resolved_config(sweep.config)),
+                                       "counts": dict(Counter(r.status for r in trials)),
                                        "disk_bytes": sum(r.disk_bytes for r in trials)})
 
 

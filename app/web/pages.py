@@ -9,8 +9,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from tinygpt.options import GROUPS, Option
+from tinygpt.options import GROUPS, Option, unknown_name_message
 from tinygpt.presets import PRESETS, list_presets
+from tinygpt.recipes import RECIPES, with_recipe
 from tinygpt.records import unreached_line
 
 from ..deps import RunId, SessionDep, SettingsDep
@@ -46,6 +47,15 @@ FORM_DEFAULTS: dict[str, Any] = {
     **{name: field.get_default(call_default_factory=True) for name, field in RunCreate.model_fields.items()},
     "preset": "tiny", **PRESETS["tiny"].training,
 }
+
+
+def recipe_form_values() -> dict[str, dict[str, Any]]:
+    """What choosing each recipe sets in the form: every option some recipe sets, at that recipe's value, else
+    at the form's default (so that choosing ``series`` again undoes ``fast``)."""
+    names = {name for recipe in RECIPES.values() for name in recipe.options}
+    return {r: {n: with_recipe({"recipe": r}).get(n, FORM_DEFAULTS[n]) for n in sorted(names)} for r in RECIPES}
+
+
 CHECKBOXES = tuple(name for name, field in RunCreate.model_fields.items() if field.annotation is bool)
 NULLABLE = tuple(name for name, spec in TRAINING_OPTIONS.items() if spec.none is not None) + ("name",)
 
@@ -127,7 +137,7 @@ def runs_partial(request: Request, session: SessionDep, filters: FiltersDep) -> 
 def form_context(session: SessionDep, settings: SettingsDep, values: dict, errors: dict) -> dict:
     devices = list(machine_devices())
     return {
-        "nav": "new", "values": values, "errors": errors, "presets": list_presets(),
+        "nav": "new", "values": values, "errors": errors, "presets": list_presets(), "recipes": recipe_form_values(),
         "datasets": ds_svc.list_datasets(session, settings=settings), "devices": devices,
         "gpu_available": any(d["device"].startswith("cuda") and d["available"] for d in devices),
         "max_upload_mb": settings.max_upload_mb, "speed_estimates": bench_svc.speed_estimates(session),
@@ -137,8 +147,13 @@ def form_context(session: SessionDep, settings: SettingsDep, values: dict, error
 
 @router.get("/new", response_class=HTMLResponse)
 def new_run_page(request: Request, session: SessionDep, settings: SettingsDep,
-                 from_: Annotated[int | None, Query(alias="from")] = None) -> HTMLResponse:
+                 from_: Annotated[int | None, Query(alias="from")] = None,
+                 recipe: Annotated[str | None, Query(max_length=50)] = None) -> HTMLResponse:
     values = dict(FORM_DEFAULTS)
+    if recipe is not None:  # e.g. /new?recipe=fast: the form filled with a recipe's options
+        if recipe not in RECIPES:
+            raise Invalid(unknown_name_message(recipe, RECIPES, "recipe"), field="recipe")
+        values.update(with_recipe({"recipe": recipe}))
     if from_ is not None:  # "run again": the form prefilled from an earlier run
         run = svc.get_run(session, run_id=from_)
         values.update(shown_config(run.config), device=run.requested_device, name=f"{run.name} (again)", tags=run.tags)

@@ -1,8 +1,9 @@
-// New-run form: presets fill the fields; an estimate of tokens, passes over the data and,
+// New-run form: presets and recipes fill the fields; an estimate of tokens, passes over the data and,
 // from this machine's benchmark results, the training time.
 "use strict";
 function setupNewRunForm() {
   const presets = TG.readJSON("presets-data");
+  const recipes = TG.readJSON("recipes-data"); // recipe -> the form's values for the options recipes set
   const datasets = TG.readJSON("datasets-data");
   const speeds = TG.readJSON("speed-data");
   const byName = Object.fromEntries(presets.map((p) => [p.name, p]));
@@ -78,11 +79,19 @@ function setupNewRunForm() {
     }
     $("#estimate").textContent = text + ".";
   }
-  // Choosing a preset fills in its suggested steps, batch size and evaluation interval.
+  function setField(name, value) {
+    const input = field(name);
+    if (input.type === "checkbox") input.checked = Boolean(value);
+    else input.value = value == null ? "" : value;
+  }
+  // Choosing a preset fills in its suggested steps, batch size and evaluation interval; choosing a recipe,
+  // the recipe's options (the server's values: GET /api/recipes).
   document.getElementById("new-form").addEventListener("change", (ev) => {
-    if (ev.target.name !== "preset") return;
-    const preset = byName[ev.target.value];
-    for (const [key, value] of Object.entries(preset.training)) field(key).value = value;
+    if (ev.target.name === "preset") {
+      for (const [key, value] of Object.entries(byName[ev.target.value].training)) setField(key, value);
+    } else if (ev.target.name === "recipe") {
+      for (const [key, value] of Object.entries(recipes[ev.target.value])) setField(key, value);
+    } else return;
     update();
   });
   document.getElementById("new-form").addEventListener("input", update);

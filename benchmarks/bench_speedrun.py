@@ -1,0 +1,148 @@
+"""Time to target: the fast recipe (tinygpt/recipes.py) against the series' on holmes validation loss 3.76.
+
+The fast side is trained for real, once per seed, until the whole validation split's loss reaches the target
+(the trainer's own check, tinygpt.train.TARGET_MARGIN); the slowest seed counts. The series side is its recorded
+tokens to target (docs/runs/cpu-holmes-1500-fp32.csv, interpolated between the two evaluations around the
+target, which is in the series' favour) divided by the series step's tokens/s, measured here in the same run:
+both recipes' steps alternate a few rounds before the fast runs start. Time is training time as the dashboard
+shows it (``elapsed_sec``: evaluation, samples and checkpoints excluded), on this machine's CPU in fp32. On a GPU
+(``--device cuda``, scripts/gpu_check.sh) both recipes are trained to the target for real, in precision auto.
+
+    python -m benchmarks.bench_speedrun [--seeds 1337,1,2] [--rounds 3] [--steps 5] [--device cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from tinygpt import device as dev
+from tinygpt.corpus import known_target
+from tinygpt.records import Callbacks, StepMetrics, read_metrics_csv
+from tinygpt.run_config import TrainConfig
+from tinygpt.tokenizer import Tokenizer
+from tinygpt.train import Trainer
+
+from .common import ROOT, holmes_path, machine, median
+
+SERIES_CSV = ROOT / "docs" / "runs" / "cpu-holmes-1500-fp32.csv"
+
+
+def tokens_to_target(rows: list[StepMetrics], target: float) -> float:
+    """Tokens seen when the validation loss first crosses ``target``, linear between the evaluations around it.
+
+    >>> rows = [StepMetrics(s, 0, v, 0, 0, 0, s * 10, 0, 0) for s, v in [(0, 5.0), (10, 4.0), (20, 3.0)]]
+    >>> tokens_to_target(rows, 3.5)
+    150.0
+    """
+    evals = [(r.tokens_seen, r.val_loss) for r in rows if r.val_loss is not None]
+    for (t0, v0), (t1, v1) in zip(evals, evals[1:], strict=False):
+        if v1 <= target < v0:
+            return t0 + (t1 - t0) * (v0 - target) / (v0 - v1)
+    raise ValueError(f"the validation loss never crosses {target}")
+
+
+def on_device(device: str) -> dict:
+    """The options every run here takes: the device, fp32 on a CPU (precision auto elsewhere), no samples."""
+    return {"device": device, "precision": "fp32" if device == "cpu" else "auto", "sample_tokens": 0}
+
+
+def step_rates(recipes: list[str], rounds: int, steps: int, device: str) -> dict[str, float]:
+    """Median tokens/s of each recipe's training step, the recipes alternating ``rounds`` times (random tokens:
+    a step's cost does not depend on them)."""
+    tokens = torch.randint(4096, (300_000,), generator=torch.Generator().manual_seed(0))
+    rates: dict[str, list[float]] = {r: [] for r in recipes}
+    with tempfile.TemporaryDirectory() as tmp:
+        trainers = {r: Trainer(TrainConfig.from_dict({"recipe": r, **on_device(device)}), f"{tmp}/{r}", tokens=tokens,
+                               tokenizer=Tokenizer([])) for r in recipes}
+        for trainer in trainers.values():
+            trainer._train_step(0)  # the first step allocates
+        for _ in range(rounds):
+            for name, trainer in trainers.items():
+                rates[name].append(timed_steps(trainer, steps))
+    return {name: median(r) for name, r in rates.items()}
+
+
+def timed_steps(trainer: Trainer, steps: int) -> float:
+    per_step = trainer.config.batch_size * trainer.model_config.context
+    dev.synchronize(trainer.device)
+    t0 = time.perf_counter()
+    for i in range(steps):
+        trainer._train_step(i + 1)
+    dev.synchronize(trainer.device)
+    return steps * per_step / (time.perf_counter() - t0)
+
+
+class StopAtTarget(Callbacks):
+    """Ends the run at the evaluation whose whole-split loss first reaches the target (later steps would not
+    change when it was reached); keeps that evaluation's row."""
+
+    def __init__(self, target: float) -> None:
+        self.target, self.reached = target, None
+
+    def on_eval(self, metrics: StepMetrics) -> None:
+        if self.reached is None and metrics.val_loss_full is not None and metrics.val_loss_full <= self.target:
+            self.reached = metrics
+        print(f"  step {metrics.step}: val {metrics.val_loss:.4f}" + (
+            f" (whole split {metrics.val_loss_full:.4f})" if metrics.val_loss_full is not None else "") +
+            f", {metrics.tokens_seen:,} tokens, {metrics.elapsed_sec:.0f} s", flush=True)
+
+    def should_stop(self) -> bool:
+        return self.reached is not None
+
+
+def train_to_target(recipe: str, seed: int, target: float, corpus: Path, cache_dir: Path, device: str,
+                    **options: object) -> dict:
+    config = TrainConfig.from_dict({"recipe": recipe, "seed": seed, "corpus": str(corpus), **on_device(device),
+                                    **options})
+    stop = StopAtTarget(target)
+    with tempfile.TemporaryDirectory() as out:
+        result = Trainer(config, out, callbacks=stop, cache_dir=cache_dir).run()
+    row = stop.reached
+    return {"seed": seed, "steps": config.steps, "reached": row is not None, "best_val_loss": result.best_val_loss,
+            "step": row and row.step, "tokens": row and row.tokens_seen, "train_sec": row and row.elapsed_sec,
+            "val_loss_full": row and row.val_loss_full}
+
+
+def run(seeds: tuple[int, ...] = (1337, 1, 2), rounds: int = 3, steps: int = 5, device: str = "cpu") -> dict:
+    corpus = holmes_path()
+    target = known_target(corpus.read_text(encoding="utf-8"))
+    rates = step_rates(["series", "fast"], rounds, steps, device)
+    with tempfile.TemporaryDirectory() as cache:
+        if device == "cpu":  # two hours of this CPU: the series' recorded run, at the step's speed measured here
+            series_run = None
+            series_tokens = tokens_to_target(read_metrics_csv(SERIES_CSV), target)
+            series_sec = series_tokens / rates["series"]
+        else:  # evaluated as often as the fast recipe, so that both are timed as finely
+            series_run = train_to_target("series", seeds[0], target, corpus, Path(cache), device, eval_every=40)
+            series_tokens, series_sec = series_run["tokens"], series_run["train_sec"]
+        runs = [train_to_target("fast", seed, target, corpus, Path(cache), device) for seed in seeds]
+    slowest = max((r["train_sec"] for r in runs), default=None) if all(r["reached"] for r in runs) else None
+    return {
+        "target": target, "device": device, "threads": torch.get_num_threads(),
+        "series_tokens_to_target": series_tokens, "series_tokens_per_sec": rates["series"],
+        "fast_step_tokens_per_sec": rates["fast"], "series_sec_to_target": series_sec, "series_run": series_run,
+        "fast_runs": runs, "fast_slowest_sec": slowest,
+        "fast_over_series": slowest / series_sec if slowest and series_sec else None,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", default="1337,1,2", help="the fast recipe's seeds, comma-separated")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args()
+    print(machine())
+    print(json.dumps(run(tuple(int(s) for s in args.seeds.split(",")), args.rounds, args.steps, args.device),
+                     indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""The time-to-target benchmark (benchmarks/bench_speedrun.py): the series' tokens to target read from its
+recorded run, and a run stopped at the evaluation that first reaches its target."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.bench_speedrun import SERIES_CSV, StopAtTarget, tokens_to_target
+from tinygpt.records import read_metrics_csv
+from tinygpt.train import Trainer
+
+
+def test_the_series_tokens_to_target_lie_between_its_evaluations_around_it():
+    rows = read_metrics_csv(SERIES_CSV)
+    evals = {m.step: m for m in rows if m.val_loss is not None}
+    before, after = evals[1000], evals[1250]  # 3.794 and 3.735: the evaluations around 3.76
+    assert before.val_loss > 3.76 >= after.val_loss
+    share = (before.val_loss - 3.76) / (before.val_loss - after.val_loss)
+    assert tokens_to_target(rows, 3.76) == pytest.approx(before.tokens_seen + share * (after.tokens_seen - before.tokens_seen))
+    with pytest.raises(ValueError, match="^the validation loss never crosses 2.0$"):
+        tokens_to_target(rows, 2.0)
+
+
+def test_a_run_stops_at_the_evaluation_whose_whole_split_first_reaches_the_target(tiny_config, tmp_path, cache_dir):
+    target = 6.6  # the tiny model on the slice passes it well within its 40 steps
+    stop = StopAtTarget(target)
+    result = Trainer(tiny_config(eval_every=5, target_val_loss=target), tmp_path, callbacks=stop,
+                     cache_dir=cache_dir).run()
+    reached = stop.reached
+    assert reached is not None and reached.val_loss_full <= target
+    assert result.stopped and result.steps_done == reached.step < 40
+    earlier = [m for m in read_metrics_csv(tmp_path / "metrics.csv") if m.step < reached.step]
+    assert all(m.val_loss_full is None or m.val_loss_full > target for m in earlier)

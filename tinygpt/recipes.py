@@ -1,0 +1,56 @@
+"""Recipes: named sets of run options, for the ``recipe`` option (``tinygpt train --recipe fast``, the form's
+"Recipe" choice, ``"recipe": "fast"`` in the API or a sweep's base). A recipe fills the options that are not
+given; the ones given win. ``series`` is the tiny-GPT series' own recipe: the declaration's defaults
+(tinygpt/run_config.py), unchanged. Each other recipe says where its values were found (docs/SPEEDRUN.md).
+
+>>> with_recipe({"recipe": "fast", "lr": 0.005})["lr"], with_recipe({"recipe": "fast"})["optimizer"]
+(0.005, 'muon')
+>>> with_recipe({"steps": 10})
+{'steps': 10}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    description: str
+    options: dict = field(default_factory=dict)  # run options (TrainConfig's fields) and their values
+
+
+RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in (
+        Recipe("series", "the series' recipe: AdamW, cosine decay, dropout 0.1 on the holmes model (the defaults)"),
+        Recipe(
+            "fast",
+            "holmes validation loss 3.76 sooner (docs/SPEEDRUN.md): Muon for the blocks' matrices, a stable "
+            "learning rate then a long linear decay (wsd), normalised queries and keys, no dropout, 640 steps",
+            {"preset": "holmes", "batch_size": 32, "optimizer": "muon", "lr": 0.002, "lr_schedule": "wsd",
+             "decay_fraction": 0.4, "qk_norm": True, "dropout": 0.0, "steps": 640, "eval_every": 40,
+             "eval_batches": 10},
+        ),
+    )
+}
+
+DEFAULT_RECIPE = "series"
+
+
+def with_recipe(options: Mapping[str, object]) -> dict:
+    """``options`` over their recipe's values (``options["recipe"]``, else the series'): the ones given win. An
+    unknown recipe adds nothing here; the ``recipe`` option's own check names it."""
+    recipe = RECIPES.get(str(options.get("recipe", DEFAULT_RECIPE)))
+    return {**recipe.options, **options} if recipe is not None else dict(options)
+
+
+def list_recipes() -> list[dict]:
+    """Every recipe as data (``GET /api/recipes``, the new-run form): name, description, options.
+
+    >>> [r["name"] for r in list_recipes()]
+    ['series', 'fast']
+    """
+    return [{"name": r.name, "description": r.description, "options": dict(r.options)} for r in RECIPES.values()]
