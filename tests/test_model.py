@@ -209,6 +209,26 @@ def test_qk_norm_attends_with_unit_rms_queries_and_keys_before_rope():
         assert not torch.allclose(plain(x, (cos, sin)), y, atol=1e-3)
 
 
+def test_attn_dropout_zero_leaves_attention_exact_and_the_residual_branches_dropped():
+    """attn_dropout 0 with dropout 0.1: in training the attention of a block is the evaluation's exactly (no mask
+    on its probabilities), while the block's output still varies (dropout on the residual branches); unset, the
+    attention probabilities are dropped too."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 16, 64)
+    kept = GPT(model_config("tiny", "series", vocab_size=300, context=32, dropout=0.1, attn_dropout=0.0)).train()
+    dropped = GPT(model_config("tiny", "series", vocab_size=300, context=32, dropout=0.1)).train()
+    rope = (kept.rope_cos[:16], kept.rope_sin[:16])
+    block = kept.blocks[0]
+    with torch.no_grad():
+        exact = block.attn.eval()(block.norm1(x), rope)
+        torch.testing.assert_close(block.attn.train()(block.norm1(x), rope), exact, rtol=0, atol=0)
+        assert not torch.equal(block(x, rope), block(x, rope))  # the residual branches' dropout
+        attn = dropped.blocks[0].attn
+        assert not torch.equal(attn(x, rope), attn(x, rope))
+    assert (kept.config.attention_dropout, dropped.config.attention_dropout) == (0.0, 0.1)
+    assert kept.num_params() == dropped.num_params()
+
+
 def test_an_untied_head_is_its_own_matrix_and_starts_at_exactly_ln_vocab():
     torch.manual_seed(0)
     model = GPT(small_config("modern", untied_head=True))

@@ -33,7 +33,7 @@ def test_a_recipe_fills_the_options_not_given_and_the_given_ones_win():
     for name, value in FAST.items():
         if name not in ("lr", "steps"):
             assert getattr(config, name) == value, name
-    assert config.optimizer == "muon" and config.qk_norm and config.dropout == 0.0
+    assert config.optimizer == "muon" and config.qk_norm and config.attn_dropout == 0.0
     # the series recipe is the declaration's defaults, unchanged; no recipe given is the series'
     assert TrainConfig.from_dict({}).to_dict() == TrainConfig().validate().to_dict()
     assert TrainConfig.from_dict({"recipe": "series"}).to_dict() == TrainConfig().validate().to_dict()

@@ -121,7 +121,7 @@ class CausalSelfAttention(nn.Module):
         self.qkv = Linear(config.d_model, 3 * config.d_model, bias=config.attn_bias)
         self.proj = Linear(config.d_model, config.d_model, bias=config.attn_bias)
         self.proj.residual_out = True
-        self.dropout = config.dropout
+        self.dropout = config.attention_dropout
 
     def forward(self, x: torch.Tensor, rope: Rope | None, cache: KVCache | None = None, start_pos: int = 0) -> torch.Tensor:
         B, T, C = x.shape

@@ -29,10 +29,11 @@ RECIPES: dict[str, Recipe] = {
         Recipe(
             "fast",
             "holmes validation loss 3.76 sooner (docs/SPEEDRUN.md): Muon for the blocks' matrices, a stable "
-            "learning rate then a long linear decay (wsd), normalised queries and keys, no dropout, 640 steps",
+            "learning rate then a long linear decay (wsd), normalised queries and keys, dropout on the residual "
+            "branches only, 640 steps",
             {"preset": "holmes", "batch_size": 32, "optimizer": "muon", "lr": 0.002, "lr_schedule": "wsd",
-             "decay_fraction": 0.4, "qk_norm": True, "dropout": 0.0, "steps": 640, "eval_every": 40,
-             "eval_batches": 10},
+             "decay_fraction": 0.4, "qk_norm": True, "dropout": 0.1, "attn_dropout": 0.0, "steps": 640,
+             "eval_every": 40, "eval_batches": 10},
         ),
     )
 }

@@ -49,6 +49,9 @@ class TrainConfig:
                                     unit="tokens", none="the preset's", advanced=True)
     dropout: float | None = option(None, "dropout probability", "model", ge=0, lt=1, none="the preset's",
                                    advanced=True)
+    attn_dropout: float | None = option(None, "dropout on the attention probabilities (0: on the residual branches "
+                                        "only, a faster step on a CPU)", "model", ge=0, lt=1, none="dropout's",
+                                        advanced=True)
     d_model: int | None = option(None, "width of the residual stream", "model", **size_bounds("d_model"), none="the preset's",
                                  advanced=True)
     n_layers: int | None = option(None, "transformer blocks", "model", **size_bounds("n_layers"), none="the preset's",
@@ -182,8 +185,8 @@ class TrainConfig:
 
 
 #: The options that override the preset's model (``GPTConfig`` fields of the same name).
-MODEL_OVERRIDES = ("vocab_size", "dropout", "d_model", "n_layers", "n_heads", "context", "pos", "norm", "mlp",
-                   "qk_norm", "untied_head")
+MODEL_OVERRIDES = ("vocab_size", "dropout", "attn_dropout", "d_model", "n_layers", "n_heads", "context", "pos",
+                   "norm", "mlp", "qk_norm", "untied_head")
 
 #: Every run option, in declaration order: name -> :class:`tinygpt.options.Option`.
 OPTIONS = options_of(TrainConfig)
