@@ -23,7 +23,7 @@ import torch
 
 from tinygpt import device as dev
 from tinygpt.corpus import known_target
-from tinygpt.records import Callbacks, StepMetrics, read_metrics_csv
+from tinygpt.records import Callbacks, StepMetrics, TargetReached, read_metrics_csv
 from tinygpt.run_config import TrainConfig
 from tinygpt.tokenizer import Tokenizer
 from tinygpt.train import Trainer
@@ -79,15 +79,15 @@ def timed_steps(trainer: Trainer, steps: int) -> float:
 
 
 class StopAtTarget(Callbacks):
-    """Ends the run at the evaluation whose whole-split loss first reaches the target (later steps would not
-    change when it was reached); keeps that evaluation's row."""
+    """Ends the run at the evaluation that first reaches the target (later steps would not change when it was
+    reached), judged by the one rule every layer uses (:class:`tinygpt.records.TargetReached`)."""
 
     def __init__(self, target: float) -> None:
-        self.target, self.reached = target, None
+        self.target, self.rows, self.reached = target, [], None
 
     def on_eval(self, metrics: StepMetrics) -> None:
-        if self.reached is None and metrics.val_loss_full is not None and metrics.val_loss_full <= self.target:
-            self.reached = metrics
+        self.rows.append(metrics)
+        self.reached = self.reached or TargetReached.first(self.rows, self.target)
         print(f"  step {metrics.step}: val {metrics.val_loss:.4f}" + (
             f" (whole split {metrics.val_loss_full:.4f})" if metrics.val_loss_full is not None else "") +
             f", {metrics.tokens_seen:,} tokens, {metrics.elapsed_sec:.0f} s", flush=True)
@@ -106,7 +106,7 @@ def train_to_target(recipe: str, seed: int, target: float, corpus: Path, cache_d
     row = stop.reached
     return {"seed": seed, "steps": config.steps, "reached": row is not None, "best_val_loss": result.best_val_loss,
             "step": row and row.step, "tokens": row and row.tokens_seen, "train_sec": row and row.elapsed_sec,
-            "val_loss_full": row and row.val_loss_full}
+            "val_loss_full": row and row.val_loss}
 
 
 def run(seeds: tuple[int, ...] = (1337, 1, 2), rounds: int = 3, steps: int = 5, device: str = "cpu") -> dict:

@@ -27,7 +27,7 @@ def test_a_run_stops_at_the_evaluation_whose_whole_split_first_reaches_the_targe
     result = Trainer(tiny_config(eval_every=5, target_val_loss=target), tmp_path, callbacks=stop,
                      cache_dir=cache_dir).run()
     reached = stop.reached
-    assert reached is not None and reached.val_loss_full <= target
+    assert reached is not None and reached.exact and reached.val_loss <= target
     assert result.stopped and result.steps_done == reached.step < 40
     earlier = [m for m in read_metrics_csv(tmp_path / "metrics.csv") if m.step < reached.step]
     assert all(m.val_loss_full is None or m.val_loss_full > target for m in earlier)
