@@ -25,10 +25,9 @@ from tinygpt import device as dev
 from tinygpt.corpus import known_target
 from tinygpt.records import Callbacks, StepMetrics, TargetReached, read_metrics_csv
 from tinygpt.run_config import TrainConfig
-from tinygpt.tokenizer import Tokenizer
 from tinygpt.train import Trainer
 
-from .common import ROOT, holmes_path, machine, median
+from .common import ROOT, holmes_path, machine, median, random_tokens
 
 SERIES_CSV = ROOT / "docs" / "runs" / "cpu-holmes-1500-fp32.csv"
 
@@ -55,11 +54,11 @@ def on_device(device: str) -> dict:
 def step_rates(recipes: list[str], rounds: int, steps: int, device: str) -> dict[str, float]:
     """Median tokens/s of each recipe's training step, the recipes alternating ``rounds`` times (random tokens:
     a step's cost does not depend on them)."""
-    tokens = torch.randint(4096, (300_000,), generator=torch.Generator().manual_seed(0))
+    configs = {r: TrainConfig.from_dict({"recipe": r, **on_device(device)}) for r in recipes}
+    data = {r: random_tokens(c.model_config().vocab_size, 300_000) for r, c in configs.items()}
     rates: dict[str, list[float]] = {r: [] for r in recipes}
     with tempfile.TemporaryDirectory() as tmp:
-        trainers = {r: Trainer(TrainConfig.from_dict({"recipe": r, **on_device(device)}), f"{tmp}/{r}", tokens=tokens,
-                               tokenizer=Tokenizer([])) for r in recipes}
+        trainers = {r: Trainer(c, f"{tmp}/{r}", tokens=data[r][0], tokenizer=data[r][1]) for r, c in configs.items()}
         for trainer in trainers.values():
             trainer._train_step(0)  # the first step allocates
         for _ in range(rounds):

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from tinygpt.device import cpu_name
+from tinygpt.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,6 +24,13 @@ def holmes_path() -> Path:
     if not path.exists():
         raise SystemExit(f"benchmark corpus not found at {path}; set TINYGPT_HOLMES_PATH")
     return path
+
+
+def random_tokens(vocab_size: int, count: int) -> tuple[torch.Tensor, Tokenizer]:
+    """``count`` random token ids below ``vocab_size`` (a step's cost does not depend on them) and a stand-in
+    tokenizer that defines every one of them (two bytes each): what a trainer needs of its data."""
+    tokens = torch.randint(vocab_size, (count,), generator=torch.Generator().manual_seed(0))
+    return tokens, Tokenizer([(i % 256, (7 * i + 1) % 256) for i in range(vocab_size - 256)])
 
 
 def machine() -> str:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.bench_speedrun import SERIES_CSV, StopAtTarget, tokens_to_target
+from benchmarks.common import random_tokens
 from tinygpt.records import read_metrics_csv
+from tinygpt.run_config import TrainConfig
 from tinygpt.train import Trainer
 
 
@@ -31,3 +33,12 @@ def test_a_run_stops_at_the_evaluation_whose_whole_split_first_reaches_the_targe
     assert result.stopped and result.steps_done == reached.step < 40
     earlier = [m for m in read_metrics_csv(tmp_path / "metrics.csv") if m.step < reached.step]
     assert all(m.val_loss_full is None or m.val_loss_full > target for m in earlier)
+
+
+def test_the_benchmarks_random_tokens_come_with_a_tokenizer_that_defines_every_one(tmp_path):
+    tokens, tokenizer = random_tokens(4096, 5_000)
+    assert tokenizer.vocab_size == 4096 and int(tokens.max()) == 4095 and int(tokens.min()) == 0
+    trainer = Trainer(TrainConfig(preset="tiny", device="cpu", steps=1, sample_tokens=0), tmp_path, tokens=tokens,
+                      tokenizer=tokenizer)  # the step-rate benchmarks' trainers (bytes per token needs every id)
+    val = trainer.splits.val
+    assert trainer.val_bytes_per_token == pytest.approx(float((val >= 256).float().mean()) + 1)  # bytes: 1 or 2

@@ -60,7 +60,7 @@ def test_the_first_whole_split_loss_at_or_under_the_target_decides():
 def test_rows_without_whole_split_losses_use_the_estimate_and_say_so():
     reached = TargetReached.first([row(0, 8.0), row(10, 3.9), row(20, 3.74)], 3.76)
     assert (reached.step, reached.exact) == (20, False)
-    assert reached.line().endswith("(by the 20-batch estimate)")
+    assert reached.line().endswith("(by the estimate, not the whole split)")
 
 
 def test_a_run_measures_the_whole_split_near_its_target_and_records_when_it_reached_it(
@@ -180,8 +180,8 @@ def test_an_imported_holmes_run_reaches_the_series_target_by_its_estimates(make_
     assert run["target_val_loss"] == 3.76
     assert run["time_to_target"] == {"step": 1250, "tokens": 10_240_000, "seconds": pytest.approx(22397.66),
                                      "exact": False,
-                                     "line": "reached 3.76 at step 1,250, 10.2M tokens, 6 h 13 min (by the 20-batch "
-                                             "estimate)"}
+                                     "line": "reached 3.76 at step 1,250, 10.2M tokens, 6 h 13 min (by the estimate, not the whole "
+                                             "split)"}
     other = client.post("/api/runs/import", json={**body, "config": {**body["config"], "target_val_loss": 3.8}})
     assert other.json()["time_to_target"]["step"] == 1000
     none = client.post("/api/runs/import", json={**body, "config": {**body["config"], "target_val_loss": 0}})

@@ -93,6 +93,7 @@ def measure(cell: Cell, config: SweepConfig, device: torch.device) -> Cell:
     precision = dev.resolve_precision(cell.precision, device)
     default_threads = torch.get_num_threads()
     dev.set_threads(cell.threads)
+    dev.keep_freed_memory()
     try:
         seconds = time_steps(config, device, precision, cell.batch_size)
         tokens = cell.batch_size * model_config(config.preset, config.arch).context

@@ -14,6 +14,7 @@ operators MPS lacks fall back to the CPU instead of raising.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import platform
@@ -231,6 +232,23 @@ def set_threads(threads: int | None) -> None:
     """CPU intra-op threads (None or 0 keeps PyTorch's default)."""
     if threads:
         torch.set_num_threads(threads)
+
+
+#: mallopt(3) parameters (glibc's malloc.h) and what a training process sets them to: no allocation mapped on its
+#: own (by default every one over 32 MiB is: a holmes step's logits, their gradient, its attention scores), and up
+#: to 1 GiB of freed memory kept in the heap with 64 MiB more asked of the kernel at a time. Each step then reuses
+#: the last step's pages instead of mapping fresh ones and faulting them in (about 480,000 page faults a holmes
+#: batch-32 step on the CPU otherwise; BENCHMARKS.md "Training step").
+MALLOC_SETTINGS = {"M_MMAP_MAX": (-4, 0), "M_TRIM_THRESHOLD": (-1, 2**30), "M_TOP_PAD": (-2, 64 * 2**20)}
+
+
+def keep_freed_memory() -> bool:
+    """Set :data:`MALLOC_SETTINGS` for this process: True where they took (Linux with glibc), False elsewhere
+    (macOS, musl: nothing to do). Like PyTorch's own caching allocator on a GPU, the process keeps its peak."""
+    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+        return False
+    mallopt = ctypes.CDLL(None).mallopt
+    return all(mallopt(param, value) == 1 for param, value in MALLOC_SETTINGS.values())
 
 
 def synchronize(device: torch.device) -> None:

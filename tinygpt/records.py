@@ -166,7 +166,7 @@ class OverfitWatch:
 class TargetReached:
     """When a run's validation loss first reached its target (time to target), the one rule for every layer:
     the first evaluation whose whole-split loss (``val_loss_full``) is at most the target; for rows that never
-    measured it (files from older versions, other trainers) the first whose 20-batch estimate is, marked
+    measured it (files from older versions, other trainers) the first whose estimate (``val_loss``) is, marked
     ``exact=False``.
 
     >>> rows = [StepMetrics(0, 8.3, 8.3, 0, 0, 0, 0, 0, 0), StepMetrics(250, 4, 3.79, 0, 0, 300.0, 2048000, 0, 0, 3.80),
@@ -205,7 +205,7 @@ def reached_line(target: float, step: int, tokens_seen: int, elapsed_sec: float,
     'reached 3.76 at step 1,120, 9.2M tokens, 1 h 51 min'
     """
     return (f"reached {target:g} at step {step:,}, {tokens_seen / 1e6:.1f}M tokens, {duration_text(elapsed_sec)}"
-            f"{'' if exact else ' (by the 20-batch estimate)'}")
+            f"{'' if exact else ' (by the estimate, not the whole split)'}")
 
 
 def unreached_line(target: float, *, finished: bool) -> str:

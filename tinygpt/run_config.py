@@ -24,6 +24,8 @@ from .recipes import DEFAULT_RECIPE, RECIPES, with_recipe
 #: The ``optimizer`` and ``lr_schedule`` options' choices (tinygpt/optimization.py implements them).
 OPTIMIZER_CHOICES = ("adamw", "muon")
 SCHEDULE_CHOICES = ("cosine", "wsd", "linear")
+#: The most batches per split an evaluation takes unless ``eval_batches`` says otherwise (the series' 20).
+EVAL_BATCHES_MAX = 20
 #: ``torch.compile``'s modes (the ``compile_mode`` option; tinygpt/train.py's ``compile_model``).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 
@@ -114,8 +116,9 @@ class TrainConfig:
     # evaluation and samples
     eval_every: int = option(250, "evaluate (and checkpoint) every", "evaluation and samples", ge=1,
                              le=10_000_000, unit="steps")
-    eval_batches: int = option(20, "batches per split in an evaluation", "evaluation and samples", ge=1, le=1000,
-                               advanced=True)
+    eval_batches: int | None = option(None, "batches per split in an evaluation", "evaluation and samples", ge=1,
+                                      le=1000, none=f"half the batches trained between evaluations, "
+                                      f"1 to {EVAL_BATCHES_MAX}", advanced=True)
     target_val_loss: float | None = option(None, "the validation loss whose first reaching is timed (time to "
                                            "target; 0: none)", "evaluation and samples", ge=0, le=100,
                                            none="the corpus' known target (holmes: 3.76), else none")
@@ -154,6 +157,22 @@ class TrainConfig:
 
     def warmup_steps(self) -> int:
         return self.warmup if self.warmup is not None else min(200, self.steps // 10)
+
+    def eval_batch_count(self) -> int:
+        """Batches per split in each evaluation: ``eval_batches``, else as many over both splits together as
+        were trained between two evaluations (at least 1 and at most :data:`EVAL_BATCHES_MAX` a split), so that
+        a short run's evaluations, forward passes only, cost about a third of its training or less. The
+        series' runs (250 steps between evaluations) take the 20.
+
+        >>> [TrainConfig(steps=s).eval_batch_count() for s in (1, 4, 10, 1500)]
+        [1, 2, 5, 20]
+        >>> TrainConfig(steps=4, grad_accum=2).eval_batch_count(), TrainConfig(steps=4, eval_batches=7).eval_batch_count()
+        (4, 7)
+        """
+        if self.eval_batches is not None:
+            return self.eval_batches
+        trained = min(self.eval_every, self.steps) * self.grad_accum  # batches between two evaluations
+        return max(1, min(EVAL_BATCHES_MAX, trained // 2))
 
     def log_interval(self) -> int:
         return self.log_every or min(10, self.eval_every)

@@ -8,7 +8,8 @@ The recipe: the last 10% of tokens is validation; random windows of ``context``
 tokens; AdamW (betas 0.9/0.95, weight decay on 2-D weights only); linear warmup for
 ``min(200, steps // 10)`` steps then cosine down to 10% of the peak (other optimizers and
 schedules: :mod:`tinygpt.optimization`); gradient clip
-1.0; evaluation = mean loss over 20 batches of each split from a generator seeded 0,
+1.0; evaluation = mean loss over 20 batches of each split (fewer between close evaluations:
+``eval_batch_count``) from a generator seeded 0,
 at step 0, every ``eval_every`` steps and at the end.
 
 What a caller sees goes through :class:`Callbacks` (``on_step``, ``on_eval``,
@@ -18,7 +19,7 @@ worker writes them to the database. The loop itself writes ``metrics.csv``,
 and ``last.pt`` (at every evaluation and when stopped: the resume point).
 
 In ``metrics.csv``, ``train_loss`` is that step's batch loss, except on evaluation
-rows (those with a ``val_loss``) where it is the 20-batch estimate, measured the
+rows (those with a ``val_loss``) where it is the evaluation's estimate, measured the
 same way as ``val_loss`` so that their difference (the overfitting gap) is fair.
 """
 
@@ -229,24 +230,25 @@ def warm_up() -> None:
 def estimate_loss(
     model: nn.Module, splits: Splits, config: TrainConfig, context: int, device: torch.device, precision: str
 ) -> dict[str, float]:
-    """Mean loss over ``eval_batches`` batches of each split, the same batches every time (seed 0)."""
+    """Mean loss over ``eval_batch_count()`` batches of each split, the same batches every time (seed 0)."""
     was_training = model.training
     model.eval()
     out = {}
+    batches = config.eval_batch_count()
     for name, tokens in (("train", splits.train), ("val", splits.val)):
         generator = torch.Generator().manual_seed(0)
         total = torch.zeros((), device=device)
-        for _ in range(config.eval_batches):
+        for _ in range(batches):
             x, y = get_batch(tokens, config.batch_size, context, generator, device)
             with dev.autocast(device, precision):
                 _, loss = model(x, y)
             total += loss.float()
-        out[name] = float(total) / config.eval_batches
+        out[name] = float(total) / batches
     model.train(was_training)
     return out
 
 
-#: An evaluation whose 20-batch estimate is within this of the target measures the whole validation split,
+#: An evaluation whose estimate is within this of the target measures the whole validation split,
 #: which decides whether the target is reached (the estimate's own error on holmes is about 0.02).
 TARGET_MARGIN = 0.05
 
@@ -314,6 +316,7 @@ class Trainer:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.cb = (callbacks or Callbacks()) if self.dist.is_main else Callbacks()  # rank 0 reports
         dev.set_threads(config.threads)
+        dev.keep_freed_memory()
         self.device = dev.resolve_device(rank_device(config.device, self.dist))
         distributed.start(self.dist, self.device)
         self.precision = dev.resolve_precision(config.precision, self.device)

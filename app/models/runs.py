@@ -240,7 +240,7 @@ class Run(SQLModel, table=True):
     target_step: int | None = None
     target_tokens: int | None = Field(default=None, sa_type=BigInteger)
     target_sec: float | None = None  # training seconds
-    target_exact: bool | None = None  # False: judged by the 20-batch estimate (rows without a whole-split loss)
+    target_exact: bool | None = None  # False: judged by the evaluation's estimate (rows without a whole-split loss)
     val_bytes_per_token: float | None = None  # its validation split's text bytes per token: bits per byte
 
 
@@ -257,7 +257,7 @@ class TimeToTarget(SQLModel):
     step: int
     tokens: int
     seconds: float = Field(description="training seconds to that evaluation (evaluations and samples excluded)")
-    exact: bool = Field(description="judged by the whole validation split (false: by the 20-batch estimate, for "
+    exact: bool = Field(description="judged by the whole validation split (false: by the evaluation's estimate, for "
                         "rows that never measured it)")
     line: str = Field(description='in words, e.g. "reached 3.76 at step 1,120, 9.2M tokens, 1 h 51 min"')
 
