@@ -268,12 +268,14 @@ def cmd_train(args: argparse.Namespace, paths: Paths) -> int:
     from .progress import ProgressCallbacks
     from .ranks import dist_info
     from .records import CallbackList
-    from .run_config import OPTIONS
+    from .run_config import OPTIONS, unused_options
 
     corpus = args.corpus or paths.holmes_corpus()
     from_file = train_options(read_config_arg(args.config)) if args.config else {}
     flags = {name: getattr(args, name) for name in OPTIONS if hasattr(args, name)}
     config = TrainConfig.from_dict({**from_file, **flags, "corpus": str(corpus)})
+    for warning in unused_options([*from_file, *flags], config):
+        print(f"tinygpt: warning: {warning}", file=sys.stderr)
     if not corpus.exists() and args.corpus is None:
         raise CorpusError(f"no corpus at {corpus}; run `tinygpt data holmes` or pass --corpus PATH")
     dist = dist_info()  # launched by torchrun: one rank of several (DistributedDataParallel)

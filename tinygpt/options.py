@@ -43,6 +43,17 @@ class Option:
     unit: str | None = None
     none: str | None = None
     advanced: bool = False
+    applies_with: tuple[str, Any] | None = None  # (option, value): takes effect only when that option has it
+
+    def applies(self, config: dict[str, Any]) -> bool:
+        """Whether this option takes effect in a run's options (each option given or at its default).
+
+        >>> muon_lr = Option(name="muon_lr", kind=float, default=0.02, help="", group="optimisation",
+        ...                  applies_with=("optimizer", "muon"))
+        >>> muon_lr.applies({"optimizer": "adamw"}), muon_lr.applies({"optimizer": "muon"})
+        (False, True)
+        """
+        return self.applies_with is None or config.get(self.applies_with[0]) == self.applies_with[1]
 
     @property
     def flag(self) -> str:

@@ -12,6 +12,7 @@ ValueError: lr must be in (0, 1], got 2.0
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import get_args
 
@@ -83,7 +84,7 @@ class TrainConfig:
     compile: bool = option(False, "torch.compile the model", "data and device", advanced=True)
     compile_mode: str = option("default", "torch.compile's mode (compile on): reduce-overhead records CUDA graphs, "
                                "for small batches on a GPU whose step waits on kernel launches", "data and device",
-                               choices=COMPILE_MODES, advanced=True)
+                               choices=COMPILE_MODES, advanced=True, applies_with=("compile", True))
     grad_checkpointing: bool = option(False, "recompute activations in the backward pass (less memory)",
                                       "data and device", advanced=True)
     # optimisation
@@ -92,9 +93,9 @@ class TrainConfig:
                             choices=OPTIMIZER_CHOICES)
     lr: float = option(1e-3, "peak learning rate (AdamW)", "optimisation", gt=0, le=1)
     muon_lr: float = option(0.02, "Muon's peak learning rate (optimizer muon)", "optimisation", gt=0, le=1,
-                            advanced=True)
+                            advanced=True, applies_with=("optimizer", "muon"))
     muon_momentum: float = option(0.95, "Muon's momentum (optimizer muon)", "optimisation", ge=0, lt=1,
-                                  advanced=True)
+                                  advanced=True, applies_with=("optimizer", "muon"))
     weight_decay: float = option(0.1, "AdamW weight decay on 2-D weights (Muon's matrices have none)",
                                  "optimisation", ge=0, le=1, advanced=True)
     grad_clip: float = option(1.0, "gradient-norm clip", "optimisation", ge=0, le=1000, advanced=True)
@@ -110,7 +111,7 @@ class TrainConfig:
                               "linear decay over the last decay_fraction of the steps)", "schedule",
                               choices=SCHEDULE_CHOICES)
     decay_fraction: float = option(0.2, "wsd: the share of the steps that decays", "schedule", gt=0, le=1,
-                                   advanced=True)
+                                   advanced=True, applies_with=("lr_schedule", "wsd"))
     min_lr_ratio: float = option(0.1, "the schedule's floor at the last step, as a fraction of the peak",
                                  "schedule", ge=0, le=1, advanced=True)
     # evaluation and samples
@@ -201,6 +202,23 @@ class TrainConfig:
         (:func:`tinygpt.presets.training_memory` of this run's model, batch, precision and checkpointing)."""
         return training_memory(self.model_config(), self.batch_size, precision=self.precision,
                                grad_checkpointing=self.grad_checkpointing, processes=processes)
+
+
+def unused_options(given: Iterable[str], config: TrainConfig) -> list[str]:
+    """A warning for each option given that takes no effect in ``config`` (declared ``applies_with`` another
+    option's value that the run does not have).
+
+    >>> unused_options(["muon_lr", "lr"], TrainConfig(muon_lr=0.01))
+    ["muon_lr takes effect only with optimizer 'muon' (this run's: 'adamw')"]
+    """
+    options = config.to_dict()
+    warnings = []
+    for name in given:
+        spec = OPTIONS.get(name)
+        if spec is not None and not spec.applies(options):
+            other, value = spec.applies_with
+            warnings.append(f"{name} takes effect only with {other} {value!r} (this run's: {options[other]!r})")
+    return warnings
 
 
 #: The options that override the preset's model (``GPTConfig`` fields of the same name).

@@ -10,11 +10,11 @@ from sqlalchemy import text
 from tinygpt.options import Option
 from tinygpt.presets import list_presets, model_size
 from tinygpt.recipes import list_recipes
-from tinygpt.run_config import MODEL_OVERRIDES, OPTIONS, TrainConfig
+from tinygpt.run_config import OPTIONS, TrainConfig
 
 from ..deps import SessionDep, SettingsDep
 from ..errors import Invalid
-from ..models import DatasetPublic
+from ..models import MODEL_SHAPERS, DatasetPublic, ModelSizeQuery
 from ..services import datasets as ds_svc
 from ..services.compare import compare_runs
 from ..services.devices import machine_devices
@@ -50,34 +50,17 @@ def option_info(o: Option) -> dict:
             "model": o.name in MODEL_SHAPERS}
 
 
-MODEL_SHAPERS = ("arch", *MODEL_OVERRIDES)
-
-
 @router.get("/model-size")
-async def model_size_of(
-    preset: Annotated[str, Query(max_length=50)] = "holmes",
-    batch_size: Annotated[int, Query(ge=1, le=4096)] = 32,
-    arch: Annotated[str | None, Query(max_length=50)] = None,
-    vocab_size: int | None = None, d_model: int | None = None, n_layers: int | None = None,
-    n_heads: int | None = None, context: int | None = None,
-    pos: Annotated[str | None, Query(max_length=50)] = None, norm: Annotated[str | None, Query(max_length=50)] = None,
-    mlp: Annotated[str | None, Query(max_length=50)] = None, qk_norm: bool = False, untied_head: bool = False,
-) -> dict:
+async def model_size_of(query: Annotated[ModelSizeQuery, Query()]) -> dict:
     """Parameters and a rough training memory (MiB, fp32) of a preset with the model options given
-    overriding it: what the new-run form shows before a run starts. 422 names an option out of range."""
-    sizes = {"preset": preset, "arch": arch, "vocab_size": vocab_size, "d_model": d_model, "n_layers": n_layers,
-             "n_heads": n_heads, "context": context, "pos": pos, "norm": norm, "mlp": mlp, "qk_norm": qk_norm,
-             "untied_head": untied_head}
-    for name, value in sizes.items():
-        try:
-            OPTIONS[name].check(value)
-        except ValueError as exc:
-            raise Invalid(str(exc), field=name) from None
+    overriding it: what the new-run form shows before a run starts. 422 names an option out of range, an
+    unknown one, or sizes that do not fit together."""
+    sizes = query.model_dump(exclude={"batch_size"})
     try:
         config = TrainConfig(**sizes).model_config()
     except ValueError as exc:
         raise Invalid(str(exc), field="d_model") from None
-    return model_size(config, batch_size)
+    return model_size(config, query.batch_size)
 
 
 @router.get("/devices")

@@ -41,7 +41,9 @@ from .reports import (
 )
 from .runs import (
     FINISHED,
+    MODEL_SHAPERS,
     TRAINING_OPTIONS,
+    ModelSizeQuery,
     Notify,
     Run,
     RunConfig,
@@ -93,7 +95,9 @@ __all__ = [
     "RunKind",
     "Notify",
     "option_field",
+    "MODEL_SHAPERS",
     "TRAINING_OPTIONS",
+    "ModelSizeQuery",
     "library_config",
     "RunConfig",
     "RunCreate",

@@ -23,7 +23,7 @@ from tinygpt.device_names import check_device_name
 from tinygpt.options import Option
 from tinygpt.recipes import with_recipe
 from tinygpt.records import reached_line
-from tinygpt.run_config import OPTIONS, TrainConfig
+from tinygpt.run_config import MODEL_OVERRIDES, OPTIONS, TrainConfig
 
 from ..redaction import shown_config
 from ..settings import WebhookUrl
@@ -103,6 +103,15 @@ def option_field(spec: Option) -> tuple[Any, Any]:
 #: The run options of the API, one field per option of the library's declaration (tinygpt/run_config.py),
 #: less the two the dashboard decides (the corpus is a dataset; the device is the worker's slot).
 TRAINING_OPTIONS = {name: spec for name, spec in OPTIONS.items() if name != "device"}
+
+
+#: The options that shape the model: the architecture and the preset's sizes and switches they override.
+MODEL_SHAPERS = ("arch", *MODEL_OVERRIDES)
+#: GET /api/model-size's query: a preset, its batch and the options that shape the model, each field the
+#: library's declaration (an unknown one is refused, naming it).
+ModelSizeQuery = create_model("ModelSizeQuery", __base__=InputModel,
+                              **{name: option_field(TRAINING_OPTIONS[name])
+                                 for name in ("preset", "batch_size", *MODEL_SHAPERS)})
 
 
 def _batch_splits_evenly(v: int, info: ValidationInfo) -> int:

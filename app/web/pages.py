@@ -251,6 +251,16 @@ def option_text(key: str, value: object, run: RunPublic) -> str:
     return "–" if value is None or value == "" else str(value)
 
 
+def unused_note(key: str, options: dict[str, Any], run: RunPublic) -> str:
+    """`` (not used: optimizer adamw)`` for an option declared to apply only with another's value, when the
+    run's options lack it; else ''."""
+    spec = TRAINING_OPTIONS.get(key)
+    if spec is None or spec.applies(options):
+        return ""
+    other = spec.applies_with[0]
+    return f" (not used: {other} {option_text(other, options[other], run)})"
+
+
 def notify_text(notify: dict) -> str:
     """e.g. "every alert; also to https://hooks.example/x" or "failed, stalled"."""
     events = notify.get("events", list(Alert))
@@ -259,8 +269,10 @@ def notify_text(notify: dict) -> str:
 
 
 def config_rows(run: RunPublic) -> list[tuple[str, str]]:
-    """The run page's Config table: each option, then the device asked for and the one it ran on."""
-    rows = [(key, option_text(key, value, run)) for key, value in run.config.items()]
+    """The run page's Config table: each option (those that did not take effect say why, e.g. ``0.02 (not
+    used: optimizer adamw)``), then the device asked for and the one it ran on."""
+    options = {**{name: spec.default for name, spec in TRAINING_OPTIONS.items()}, **run.config}
+    rows = [(key, option_text(key, value, run) + unused_note(key, options, run)) for key, value in run.config.items()]
     device = run.requested_device
     if run.device and run.device != device:
         device = f"{device} → {run.device}"
