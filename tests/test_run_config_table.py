@@ -28,3 +28,13 @@ def test_options_that_did_not_take_effect_say_which_option_decided_it(make_app, 
     rows = config_table(client, run_id)
     assert {name: rows[name] for name in expected} == expected
     assert rows["lr"] == "0.001" and rows["optimizer"] == options.get("optimizer", "adamw")  # always in effect
+
+
+def test_options_left_unset_show_what_the_run_used(make_app):
+    client = make_app()
+    run_id = client.post("/api/runs", json={**RUN, "steps": 40, "eval_every": 8, "warmup": None}).json()[0]["id"]
+    rows = config_table(client, run_id)
+    # warmup min(200, 40 // 10); eval batches half the 8 trained between evaluations; log min(10, 8); samples 8
+    assert (rows["warmup"], rows["eval_batches"], rows["log_every"], rows["sample_every"]) == \
+        ("unset → 4", "unset → 4", "unset → 8", "unset → 8")
+    assert rows["d_model"] == "–"  # the preset's: nothing the trainer resolves

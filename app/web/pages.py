@@ -13,6 +13,7 @@ from tinygpt.options import GROUPS, Option, unknown_name_message
 from tinygpt.presets import PRESETS, list_presets
 from tinygpt.recipes import RECIPES, with_recipe
 from tinygpt.records import unreached_line
+from tinygpt.run_config import TrainConfig
 
 from ..deps import RunId, SessionDep, SettingsDep
 from ..errors import AppError, Invalid
@@ -248,7 +249,17 @@ def option_text(key: str, value: object, run: RunPublic) -> str:
         return f"auto → {run.precision}"
     if key == "notify" and isinstance(value, dict):
         return notify_text(value)
+    if value is None and key in RESOLVED_BY:
+        resolved = getattr(TrainConfig(**{k: v for k, v in run.config.items() if k in TRAINING_OPTIONS}),
+                           RESOLVED_BY[key])()
+        return f"unset → {resolved}"
     return "–" if value is None or value == "" else str(value)
+
+
+#: Options whose unset value the library resolves from the others (warmup: min(200, steps / 10), ...): the
+#: ``TrainConfig`` method that does, so the run page shows what the run used.
+RESOLVED_BY = {"warmup": "warmup_steps", "eval_batches": "eval_batch_count", "log_every": "log_interval",
+               "sample_every": "sample_interval"}
 
 
 def unused_note(key: str, options: dict[str, Any], run: RunPublic) -> str:
