@@ -25,15 +25,14 @@ from safetensors.torch import save_file
 
 from .checkpoint import checked_parts, read_checkpoint
 from .config import GPTConfig
+from .device import DTYPES
+from .model import RMS_NORM_EPS
 from .tokenizer import SPLIT_PATTERN, Tokenizer
 
 #: The stock ``transformers`` class of each architecture family: (pos, norm, mlp, biases) -> family.
 HF_CLASSES = {"llama": "LlamaForCausalLM"}
 FAMILIES = {("rope", "rmsnorm", "swiglu", False): "llama"}
 FAMILY_TEXT = {"llama": "pos rope, norm rmsnorm, mlp swiglu without biases (modern: LlamaForCausalLM)"}
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-#: RMSNorm's epsilon in tinygpt.model (the exported config must carry the same).
-RMS_NORM_EPS = 1e-6
 
 
 class ExportError(ValueError):
@@ -170,7 +169,7 @@ def export_hf(source: str | Path, out: str | Path, *, dtype: str = "fp32") -> Pa
     tokenizer_config.json. Refused (ExportError) before anything is written when no stock class holds the
     architecture."""
     weights, config, tokenizer, _ = load_checkpoint_parts(source)
-    family = hf_family(config)
+    hf_family(config)  # refused here, before anything is written (llama is the one family so far)
     tokenizer_json = hf_tokenizer(tokenizer)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -182,7 +181,6 @@ def export_hf(source: str | Path, out: str | Path, *, dtype: str = "fp32") -> Pa
         "tokenizer_config.json": {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": config.context,
                                   "clean_up_tokenization_spaces": False},
     }
-    assert family == "llama"
     for name, data in files.items():
         (out / name).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return out

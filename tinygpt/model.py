@@ -48,8 +48,12 @@ class Linear(nn.Linear):
         return y if self.bias is None else y.add_(self.bias)
 
 
+#: RMSNorm's epsilon (an export's config carries it: tinygpt/export.py).
+RMS_NORM_EPS = 1e-6
+
+
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+    def __init__(self, dim: int, eps: float = RMS_NORM_EPS) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
