@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[test,export-test]"
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(PY) -m pip install -q -e ".[test,export-test]"
 	touch $@
 
 # The main job: the dashboard (app + a worker for this machine's best device).

@@ -4,8 +4,8 @@ The model (README, "Security"): bound to a loopback address (the default) and wi
 dashboard serves the people on its own machine; bound to any other address it must have
 ``TINYGPT_API_TOKEN``. With a token set, every route needs it (``Authorization: Bearer TOKEN`` from
 scripts, or the cookie the ``/login`` page sets in browsers) except ``/healthz``, ``/login`` and the
-static assets; ``TINYGPT_PUBLIC_READ=true`` opens the reads (GET) to anyone, except the files
-(checkpoints). Independently of the token:
+static assets; ``TINYGPT_PUBLIC_READ=true`` opens the reads (GET) to anyone, except the model
+files (checkpoints, exports). Independently of the token:
 
 - a state-changing request that a browser marks as coming from another site is refused
   (``Sec-Fetch-Site`` / ``Origin`` checks: cross-site request forgery);
@@ -39,7 +39,7 @@ from .templating import templates
 SESSION_COOKIE = "tinygpt_session"
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 OPEN_PATHS = frozenset({"/login", "/logout", "/healthz"})  # reachable without the token (the login form posts it)
-PRIVATE_READ_SUFFIXES = ("/checkpoint",)  # files: never open to anyone, even with TINYGPT_PUBLIC_READ
+PRIVATE_READS = re.compile(r"/api/runs/\d+/(checkpoint|export)")  # model files: never open to readers
 LOOPBACK_NAMES = ("127.0.0.1", "localhost")
 UPLOAD_PATHS = frozenset({"/api/datasets", "/partials/datasets", "/api/runs/import"})
 CHECKPOINT_UPLOAD = re.compile(r"/api/runs/\d+/checkpoint")
@@ -131,7 +131,7 @@ def needs_token(request: Request, settings: Settings) -> bool:
     if MODEL_QUERIES.fullmatch(path):
         return not model_queries_open(settings)
     public_read = settings.public_read and request.method in ("GET", "HEAD")
-    return not public_read or path.endswith(PRIVATE_READ_SUFFIXES)
+    return not public_read or PRIVATE_READS.fullmatch(path) is not None
 
 
 def model_queries_open(settings: Settings) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import json
 import os
 import shutil
 import tempfile
@@ -247,3 +248,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytes
             lines = log.read_text(errors="replace").splitlines()[-40:]
             report.sections.append((f"{log.name} (last {len(lines)} lines)", "\n".join(lines)))
     return report
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory: pytest.TempPathFactory, slice_path: Path, cache_dir: Path):  # noqa: ANN201
+    """Run folders of a few training steps (no weight left at its initial value), made once per configuration:
+    ``trained(arch, preset="tiny", **options)``."""
+    from tinygpt.train import Trainer
+
+    runs: dict[str, Path] = {}
+
+    def train(arch: str, preset: str = "tiny", **options: object) -> Path:
+        key = json.dumps([preset, arch, options], sort_keys=True)
+        if key not in runs:
+            runs[key] = tmp_path_factory.mktemp(f"{preset}-{arch}")
+            config = TrainConfig(preset=preset, arch=arch, corpus=str(slice_path), device="cpu", precision="fp32",
+                                 steps=4, batch_size=2, eval_every=2, eval_batches=1, sample_tokens=0, seed=5,
+                                 **({"vocab_size": 512} | options if preset == "tiny" else options))
+            Trainer(config, runs[key], cache_dir=cache_dir).run()
+        return runs[key]
+
+    return train

@@ -1,7 +1,7 @@
 """With a token set, nothing is readable without it: every route of the app (the OpenAPI schema's
 operations, the pages, the API docs) answers 401 to a client without the token and works with it,
 except ``/healthz``, ``/login``/``/logout`` and the static assets. With ``TINYGPT_PUBLIC_READ=true``
-the reads open up, but never the checkpoint files or the model's answers (sample, nearest tokens), every
+the reads open up, but never the model files (checkpoints, exports) or the model's answers (sample, nearest tokens), every
 change still needs the token, and no response shows a webhook URL (the public-read matrix).
 
 The routes are listed from the app itself, so a route added later is covered without editing this
@@ -24,11 +24,11 @@ from .service_helpers import AppServer, Home
 TOKEN = "access-test-token-0123456789"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 OPEN = {"/healthz", "/login", "/logout"}
-PRIVATE_FILES = {"/api/runs/{run_id}/checkpoint"}
+PRIVATE_FILES = {"/api/runs/{run_id}/checkpoint", "/api/runs/{run_id}/export"}
 MODEL_QUERIES = {"/api/runs/{run_id}/neighbors", "/api/runs/{run_id}/sample"}  # open with TINYGPT_PUBLIC_SAMPLING
 HOOK = "https://hooks.example.com/services/T000/B000/secret-webhook-path"  # "stalled" only: never sent here
 NOTIFY = {"events": ["stalled"], "urls": [HOOK]}
-QUERY = {"/api/compare": "ids={run},{run}", "/api/export": "ids={run}", "/compare": "ids={run},{run}", "/api/runs/{run_id}/neighbors": "word=%20the",
+QUERY = {"/api/compare": "ids={run},{run}", "/api/export": "ids={run}", "/api/runs/{run_id}/export": "format=gguf", "/compare": "ids={run},{run}", "/api/runs/{run_id}/neighbors": "word=%20the",
          "/new": "from={run}"}
 SWEEP = 1  # the site's one sweep (its trials stay queued)
 SWEEP_BODY = {"method": "grid", "parameters": {"lr": {"values": [0.01]}},

@@ -7,10 +7,14 @@ loss so far and the RNG states (batch sampler, CPU, CUDA).
 
 Files are written to a temporary name and renamed into place, so a crash while
 writing never leaves a half-written checkpoint under the real name.
+
+A ``.safetensors`` file that ``tinygpt export --format safetensors`` wrote reads as a checkpoint too (its
+weights, with the configs and tokenizer in its metadata: :data:`SAFETENSORS_METADATA`), enough to sample from.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import re
@@ -24,6 +28,9 @@ from .model import GPT
 from .tokenizer import Tokenizer
 
 CHECKPOINT_VERSION = 1
+#: A checkpoint's parts kept as JSON text in an exported ``.safetensors`` file's metadata, beside the weights.
+SAFETENSORS_METADATA = ("model_config", "tokenizer", "train_config", "step", "best_val_loss")
+SAFETENSORS_FORMAT = "tinygpt"
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
@@ -46,10 +53,52 @@ def save_checkpoint(path: Path, state: dict) -> None:
         raise CheckpointError(f"could not write checkpoint {path}: {cause}") from exc
 
 
+def safetensors_parts(state: dict) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The weights (a tied head once, as ``tok_emb.weight``) and the metadata of a checkpoint as an exported
+    ``.safetensors`` file holds them; :func:`read_safetensors` reads them back."""
+    tied = not state["model_config"].get("untied_head", False)
+    weights = {k: v for k, v in state["model"].items() if not (tied and k == "head.weight")}
+    metadata = {key: json.dumps(state.get(key)) for key in SAFETENSORS_METADATA}
+    return weights, {"format": SAFETENSORS_FORMAT, **metadata}
+
+
+def is_safetensors(path: Path) -> bool:
+    """Told by the content, whatever the name (an upload's is a temporary one): a safetensors file begins with
+    its header's length (8 bytes) and the header's JSON object; a torch file is a zip (``PK``) or a pickle."""
+    with open(path, "rb") as f:
+        head = f.read(9)
+    return len(head) == 9 and head[8:9] == b"{"
+
+
+def read_safetensors(path: Path, map_location: str | torch.device = "cpu") -> dict:
+    """An exported ``.safetensors`` file as a checkpoint's state (no optimizer: enough to sample, not to resume).
+    Safetensors holds tensors only, so nothing in it runs; its metadata is checked like any checkpoint's."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), "pt", device=str(map_location)) as f:
+            metadata = f.metadata() or {}
+            if metadata.get("format") != SAFETENSORS_FORMAT:
+                raise CheckpointError(f"{path} is a safetensors file without tinygpt's metadata (format "
+                                      f"{metadata.get('format')!r}); export it with `tinygpt export --format safetensors`")
+            weights = {name: f.get_tensor(name) for name in f.keys()}
+        state = {key: json.loads(metadata[key]) for key in SAFETENSORS_METADATA}
+    except (SafetensorError, OSError, KeyError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path} is not a readable tinygpt safetensors file ({type(exc).__name__}: "
+                              f"{str(exc)[:200]})") from None
+    if not isinstance(state["model_config"], dict):
+        raise CheckpointError(f"{path}: its model_config metadata is not an object")
+    if "head.weight" not in weights and "tok_emb.weight" in weights and not state["model_config"].get("untied_head"):
+        weights["head.weight"] = weights["tok_emb.weight"]  # the tied head, stored once
+    return {"version": CHECKPOINT_VERSION, **state, "model": weights}
+
+
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
+    if is_safetensors(path):
+        return read_safetensors(path, map_location)
     try:
         # weights_only: tensors and plain data only. A checkpoint is a pickle, and a full unpickle of a
         # file someone else wrote (a shared run folder, a downloaded best.pt) would run its code.

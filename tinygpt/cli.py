@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import export as export_formats
 from .corpus import CorpusError
 from .dashboard_client import DashboardError
 from .errors import CheckpointError
@@ -40,7 +41,6 @@ from .tokenizer import TokenizerError
 EXPECTED_ERRORS = (ValueError, CorpusError, TokenizerError, CheckpointError, DownloadError, UnknownPresetError, OSError,
                    DashboardError, RunImportError)
 DEFAULT_DASHBOARD = "http://127.0.0.1:8000"
-EXPORT_FORMATS = ("hf", "safetensors")  # what tinygpt.export writes (named here: the parser imports no torch)
 
 
 # -- argument types: one-line messages for bad values ---------------------------------
@@ -213,13 +213,14 @@ def build_parser(extra: Sequence[ExtraCommand] = ()) -> argparse.ArgumentParser:
     p.add_argument("word", help='a single token, e.g. " Holmes" (with its leading space)')
     p.add_argument("-k", type=positive_int, default=10)
 
-    p = sub.add_parser("export", help="a checkpoint for other tools: a transformers folder, or plain safetensors")
+    p = sub.add_parser("export", help="a checkpoint for other tools: transformers, llama.cpp (GGUF), safetensors")
     p.add_argument("source", type=Path, help="a checkpoint (best.pt) or a run folder (its best.pt)")
-    p.add_argument("--format", choices=EXPORT_FORMATS, required=True,
-                   help="hf: a folder AutoModelForCausalLM and AutoTokenizer load; safetensors: our weights with "
-                        "the configs as metadata")
-    p.add_argument("--out", type=Path, required=True, help="the folder (hf) or file (safetensors) to write")
-    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    p.add_argument("--format", choices=export_formats.FORMATS, required=True,
+                   help="hf: a folder AutoModelForCausalLM and AutoTokenizer load, with a model card; gguf: one "
+                        "file for llama.cpp; safetensors: our weights with the configs as metadata")
+    p.add_argument("--out", type=Path, required=True, help="the folder (hf) or file (gguf, safetensors) to write")
+    p.add_argument("--dtype", choices=export_formats.DTYPE_NAMES, default="fp32")
+    p.add_argument("--quant", choices=export_formats.QUANTS, help="gguf only: quantize the 2-D weights")
 
     p = sub.add_parser("bench", help="training-step speed over batch sizes x precisions (x CPU threads)")
     p.add_argument("--preset", choices=list(PRESETS), default="holmes")
@@ -406,10 +407,7 @@ def cmd_neighbors(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_export(args: argparse.Namespace, paths: Paths) -> int:
-    from .export import export_hf, export_safetensors
-
-    writer = export_hf if args.format == "hf" else export_safetensors
-    out = writer(args.source, args.out, dtype=args.dtype)
+    out = export_formats.export(args.source, args.out, format=args.format, dtype=args.dtype, quant=args.quant)
     print(f"wrote {out}")
     return 0
 

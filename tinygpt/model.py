@@ -48,8 +48,9 @@ class Linear(nn.Linear):
         return y if self.bias is None else y.add_(self.bias)
 
 
-#: RMSNorm's epsilon (an export's config carries it: tinygpt/export.py).
+#: The norms' epsilons (an export's config carries them: tinygpt/export/).
 RMS_NORM_EPS = 1e-6
+LAYER_NORM_EPS = 1e-5
 
 
 class RMSNorm(nn.Module):
@@ -65,7 +66,7 @@ class RMSNorm(nn.Module):
 def make_norm(config: GPTConfig) -> nn.Module:
     if config.norm == "rmsnorm":
         return RMSNorm(config.d_model)
-    return nn.LayerNorm(config.d_model, bias=config.bias)
+    return nn.LayerNorm(config.d_model, eps=LAYER_NORM_EPS, bias=config.bias)
 
 
 Rope = tuple[torch.Tensor, torch.Tensor]  # the (cos, sin) tables of rotary embeddings, (T, head_dim) each

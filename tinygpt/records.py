@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -270,3 +271,14 @@ def read_metrics_csv(path: str | Path) -> list[StepMetrics]:
             )
             for r in csv.DictReader(f)
         ]
+
+
+def bits_per_byte(loss: float | None, bytes_per_token: float | None) -> float | None:
+    """A loss in nats per token as bits per byte of text (None where either is unknown).
+
+    >>> round(bits_per_byte(3.76, 3.2), 4)
+    1.6952
+    """
+    if loss is None or not bytes_per_token:
+        return None
+    return loss / math.log(2) / bytes_per_token

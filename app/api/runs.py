@@ -32,7 +32,8 @@ from ..models import (
     RunUpdate,
     SamplePublic,
 )
-from ..services import lifecycle
+from ..models.exports import ExportQuery
+from ..services import lifecycle, model_export
 from ..services import runs as svc
 from ..services.metric_history import (
     history_head,
@@ -131,7 +132,16 @@ async def get_samples(run_id: RunId, session: SessionDep) -> list[SamplePublic]:
 @router.get("/{run_id}/checkpoint")
 def download_checkpoint(run_id: RunId, session: SessionDep, settings: SettingsDep) -> FileResponse:
     path = svc.checkpoint_file(session, run_id=run_id, settings=settings)
-    return FileResponse(path, filename=f"run-{run_id}-best.pt", media_type="application/octet-stream")
+    return FileResponse(path, filename=f"run-{run_id}-best{path.suffix}", media_type="application/octet-stream")
+
+
+@router.get("/{run_id}/export")
+def download_export(run_id: RunId, query: Annotated[ExportQuery, Query()], settings: SettingsDep) -> FileResponse:
+    """The best checkpoint for other tools: a zip of a transformers folder (``hf``), a GGUF file for llama.cpp
+    (``gguf``) or plain ``safetensors``; token-guarded like the checkpoint. 422 naming ``format`` for an
+    architecture no stock class holds."""
+    path = model_export.exported_file(run_id=run_id, checkpoint=best_checkpoint(run_id, settings), query=query)
+    return FileResponse(path, filename=query.file_name(run_id), media_type="application/octet-stream")
 
 
 def best_checkpoint(run_id: int, settings: Settings) -> Path:

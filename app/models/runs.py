@@ -4,7 +4,6 @@ what the API shows of it."""
 from __future__ import annotations
 
 import enum
-import math
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -22,7 +21,7 @@ from sqlmodel import Field, SQLModel
 from tinygpt.device_names import check_device_name
 from tinygpt.options import Option
 from tinygpt.recipes import with_recipe
-from tinygpt.records import reached_line
+from tinygpt.records import bits_per_byte, reached_line
 from tinygpt.run_config import MODEL_OVERRIDES, OPTIONS, TrainConfig
 
 from ..redaction import shown_config
@@ -325,17 +324,6 @@ class RunPublic(SQLModel):
                                                                   exact=bool(run.target_exact))}
         data["best_val_bpb"] = bits_per_byte(run.best_val_loss, run.val_bytes_per_token)
         return cls.model_validate(data)
-
-
-def bits_per_byte(loss: float | None, bytes_per_token: float | None) -> float | None:
-    """A loss in nats per token as bits per byte of text (None where either is unknown).
-
-    >>> round(bits_per_byte(3.76, 3.2), 4)
-    1.6952
-    """
-    if loss is None or not bytes_per_token:
-        return None
-    return loss / math.log(2) / bytes_per_token
 
 
 class RunsPage(SQLModel):

@@ -11,10 +11,11 @@ from collections.abc import Iterator
 
 from sqlmodel import Session, col, select
 
+from tinygpt.records import bits_per_byte
+
 from ..db import session_scope
 from ..errors import Invalid
 from ..models import MAX_INT64, Metric
-from ..models.runs import bits_per_byte
 from ..settings import Settings
 from .runs import get_run
 

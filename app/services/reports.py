@@ -38,6 +38,7 @@ from .run_records import record_best_checkpoint, record_metric, record_sample, r
 from .runs import get_run
 
 CHECKPOINT_NAME = "best.pt"
+SAFETENSORS_CHECKPOINT = "best.safetensors"  # an exported one uploaded (tinygpt export --format safetensors)
 
 
 def trained_elsewhere(session: Session, *, body: ReportedRunBase, origin: RunOrigin, settings: Settings,
@@ -119,6 +120,7 @@ def accept_checkpoint(session: Session, *, run_id: int, upload: Path, seq: int |
     never unpickled beyond tensors and plain data, the model checked without being built); commits."""
     from tinygpt.checkpoint import (  # torch: on the first upload, not at start
         CheckpointError,
+        is_safetensors,
         verify_checkpoint,
     )
 
@@ -133,8 +135,11 @@ def accept_checkpoint(session: Session, *, run_id: int, upload: Path, seq: int |
         raise Invalid(f"not a checkpoint this dashboard can load: {exc}".replace(str(upload), "the upload")
                       .replace(upload.name, "the upload"),
                       field="body") from None
-    path = Path(run.out_dir) / CHECKPOINT_NAME
+    # an exported .safetensors (weights and configs, no optimizer) serves samples and exports as well
+    path, other = (Path(run.out_dir) / name for name in ((SAFETENSORS_CHECKPOINT, CHECKPOINT_NAME)
+                   if is_safetensors(upload) else (CHECKPOINT_NAME, SAFETENSORS_CHECKPOINT)))
     os.replace(upload, path)
+    other.unlink(missing_ok=True)  # one best checkpoint per run
     train_state = state.get("train_state") or {}
     step = int(train_state.get("best_step") or state.get("step") or 0)
     val_loss = state.get("best_val_loss", run.best_val_loss)

@@ -9,10 +9,9 @@ from pathlib import Path
 from sqlalchemy import delete
 from sqlmodel import Session, col
 
-from tinygpt.records import StepMetrics, TargetReached, unreached_line
+from tinygpt.records import StepMetrics, TargetReached, bits_per_byte, unreached_line
 
 from ..models import Alert, EventType, Metric, Run, RunPublic, Sample
-from ..models.runs import bits_per_byte
 from ..settings import Settings
 from .alerts import has_alert, raise_alert
 from .events import record_event

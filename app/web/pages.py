@@ -31,7 +31,7 @@ from ..models import (
 from ..redaction import shown_config
 from ..security import may_query_model
 from ..services import benchmarks as bench_svc
-from ..services import compare, lifecycle
+from ..services import compare, lifecycle, model_export
 from ..services import datasets as ds_svc
 from ..services import metric_history as history
 from ..services import runs as svc
@@ -230,7 +230,7 @@ def run_page(run_id: RunId, request: Request, session: SessionDep) -> Response:
     return render(request, "run.html", nav="runs", run=public,
                   run_json={**public.model_dump(mode="json"), "rendered_event_id": shown_up_to},
                   samples=svc.run_samples(session, run_id=run_id), config_rows=config_rows(public),
-                  can_query_model=may_query_model(request),
+                  can_query_model=may_query_model(request), export_refusal=model_export.refusal(run.config),
                   target_waiting=unreached_line(run.target_val_loss, finished=run.status in FINISHED)
                   if run.target_val_loss else None)
 

@@ -189,7 +189,7 @@ function setupRunPage() {
     });
     source.addEventListener("best_checkpoint", (e) => {
       if (!fresh(e)) return;
-      $("ckpt-link").hidden = false;
+      $("model-files").hidden = false;
       const d = JSON.parse(e.data);
       $("best-val").textContent = `best val ${d.val_loss.toFixed(4)} at step ${d.step}` +
         (d.val_bpb != null ? ` · ${d.val_bpb.toFixed(3)} bits per byte` : "");
