@@ -131,6 +131,7 @@ def test_the_model_card_says_how_the_model_was_made(trained, tmp_path):
     header = card.split("---\n")[1]
     assert '"library_name"' not in header and 'library_name: "transformers"' in header
     assert 'tags: ["tinygpt", "text-generation", "causal-lm", "gpt_neox"]' in header
+    assert 'datasets: ["holmes-slice"]' in header
     _, _, state = load_model(run / "best.pt")
     assert f'"value": {round(state["best_val_loss"], 4)}' in header
     assert "| architecture | series (pos rope, norm layernorm, mlp gelu (series: GPTNeoXForCausalLM" in card

@@ -59,7 +59,7 @@ def yaml_header(source: ExportSource, family: Family, corpus: str, best: float |
         metrics.append({"type": "bpb", "name": "validation bits per byte", "value": round(bpb, 4)})
     fields = {
         "library_name": "transformers", "pipeline_tag": "text-generation", "license": "mit",
-        "tags": ["tinygpt", "text-generation", "causal-lm", family.name],
+        "tags": ["tinygpt", "text-generation", "causal-lm", family.name], "datasets": [corpus],
         "model-index": [{"name": run_name(source.folder), "results": [{
             "task": {"type": "text-generation"}, "dataset": {"name": corpus, "type": corpus}, "metrics": metrics}]}],
     }
