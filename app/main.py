@@ -12,15 +12,17 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from . import api_docs
 from .api import benchmarks, catalog, events, export, reports, runs, sweeps
 from .db import init_db, session_scope
-from .errors import AppError
+from .errors import AppError, Invalid, NotFound
 from .security import (
     LOOPBACK_NAMES,
     BodyLimitMiddleware,
@@ -90,8 +92,24 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
-        """FastAPI's 422, made safe for inputs JSON or UTF-8 cannot hold (``NaN``, a lone surrogate): shown as text."""
-        return JSONResponse({"detail": json_safe(jsonable_encoder(exc.errors()))}, status_code=422)
+        """FastAPI's 422, made safe for inputs JSON or UTF-8 cannot hold (``NaN``, a lone surrogate): shown as text.
+        A page answers a page: 404 for a path that names nothing (``/sweeps/new``), 422 with the first error."""
+        errors = json_safe(jsonable_encoder(exc.errors()))
+        path = route_path(request.scope)
+        if is_api(path) or path == "/openapi.json":
+            return JSONResponse({"detail": errors}, status_code=422)
+        if any(e.get("loc", [""])[0] == "path" for e in errors):
+            return await app_error(request, NotFound(f"there is no page {path}"))
+        first = errors[0] if errors else {}
+        return await app_error(request, Invalid(f"{'.'.join(map(str, first.get('loc', [])[1:]))}: {first.get('msg')}"))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """Starlette's own errors (a path no route serves): JSON for the API, a page for a browser."""
+        path = route_path(request.scope)
+        if exc.status_code == 404 and not (is_api(path) or path.startswith("/static/")):
+            return await app_error(request, NotFound(f"there is no page {path}"))
+        return await http_exception_handler(request, exc)
 
     for router in (reports.router, runs.router, export.router, events.router, benchmarks.router, sweeps.router,
                    catalog.router, catalog.health_router, pages.router, sweep_pages.router, login.router, api_docs.router):

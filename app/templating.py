@@ -38,9 +38,29 @@ def page_context(request: Request) -> dict[str, Any]:
     return {"root": root_path(request), "signed_in": getattr(request.state, "signed_in", False)}
 
 
+def ratio_text(ratio: float) -> str:
+    """A ratio as people read it: two decimals near 1, three significant digits far from it (never "0.00x").
+
+    >>> [ratio_text(r) for r in (1.0, 0.5, 371.24, 0.0026937, 12.345)]
+    ['1.00x', '0.50x', '371x', '0.00269x', '12.35x']
+    """
+    return f"{ratio:.2f}x" if 0.1 <= ratio < 100 else f"{ratio:.3g}x"
+
+
+def option_value_text(value: object) -> str:
+    """An option's stored value on a page: unset as "–" (never Python's None), booleans as on/off."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
 templates = Jinja2Templates(directory=ROOT / "templates", context_processors=[page_context])
 templates.env.globals["fmt"] = lambda v: "–" if v is None else f"{v:.4f}"
 templates.env.filters["duration"] = duration_text  # seconds as "1 h 51 min" (the library's words)
+templates.env.filters["ratio"] = ratio_text
+templates.env.filters["option_value"] = option_value_text
 templates.env.globals["finished"] = [s.value for s in FINISHED]
 templates.env.globals["asset_version"] = asset_version()  # our CSS and JavaScript, kept by browsers until it changes
 

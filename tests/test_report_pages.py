@@ -12,6 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.templating import ratio_text
+from tinygpt.records import duration_text
 from tinygpt.run_import import import_payload
 
 from .browser import needs_chromium, open_page, shot
@@ -43,7 +45,12 @@ def test_cpu_and_h200_side_by_side_a_reported_run_live_and_export_selected(site,
     page.goto(f"{site.url}/compare?ids={cpu},{h200}")
     page.wait_for_selector("#compare-chart canvas")
     speedups = page.locator("td.speedup").all_inner_texts()
-    assert speedups == ["1.00x", f"{compared['runs'][1]['speedup_vs_first']:.2f}x"] and float(speedups[1][:-1]) > 300
+    assert speedups == ["1.00x", ratio_text(compared["runs"][1]["speedup_vs_first"])] and float(speedups[1][:-1]) > 300
+    assert speedups[1] == f"{compared['runs'][1]['speedup_vs_first']:.3g}x"  # three digits, not 371.24x
+    assert page.locator("td.training-time").all_inner_texts() == [duration_text(r["training_sec"])
+                                                                  for r in compared["runs"]]
+    assert page.locator("td.training-time").first.inner_text().endswith(" min")  # hours and minutes, not 23939.9 s
+    assert "None" not in page.inner_text("table.config")  # an option left unset reads "–"
     gap = page.inner_text("#curve-gap")
     assert gap.startswith(f"Largest gap between the curves at shared evaluation steps: val "
                           f"{compared['max_val_loss_gap']:.4f}") and "(7 shared steps)" in gap

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -13,7 +14,7 @@ RUN = {"preset": "tiny", "device": "cpu", "precision": "fp32", "batch_size": 4, 
 def config_table(client, run_id: int) -> dict[str, str]:  # noqa: ANN001
     page = client.get(f"/runs/{run_id}").text
     table = re.search(r'<table class="config" id="config">(.*?)</table>', page, re.S).group(1)
-    return dict(re.findall(r"<tr><th>(.*?)</th><td>(.*?)</td></tr>", table))
+    return {k: html.unescape(v) for k, v in re.findall(r"<tr><th>(.*?)</th><td>(.*?)</td></tr>", table)}
 
 
 @pytest.mark.parametrize("options, expected", [
@@ -37,4 +38,6 @@ def test_options_left_unset_show_what_the_run_used(make_app):
     # warmup min(200, 40 // 10); eval batches half the 8 trained between evaluations; log min(10, 8); samples 8
     assert (rows["warmup"], rows["eval_batches"], rows["log_every"], rows["sample_every"]) == \
         ("unset → 4", "unset → 4", "unset → 8", "unset → 8")
-    assert rows["d_model"] == "–"  # the preset's: nothing the trainer resolves
+    # model options left to the preset: the value the run used and where it came from
+    assert (rows["d_model"], rows["n_layers"], rows["norm"], rows["dropout"], rows["attn_dropout"]) == \
+        ("64 (tiny)", "4 (tiny)", "rmsnorm (modern)", "0.0 (tiny)", "0.0 (dropout's)")

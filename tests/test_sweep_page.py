@@ -35,6 +35,11 @@ def test_a_sweep_from_the_form_fills_its_page_live(site, page):
     page.wait_for_url("**/sweeps/*")
     # live: the table and the curves fill while trials run
     page.wait_for_function("document.querySelectorAll('#trials-table tbody tr[data-run]').length >= 2", timeout=60_000)
+    # the table moves with the stream: before any trial is done, a running one shows its best validation loss
+    page.wait_for_function("document.querySelector('#sweep-progress').textContent.includes('0 of 4 trials done') "
+                           "&& [...document.querySelectorAll('#trials-table tbody tr[data-run]')].some(r => "
+                           "r.querySelector('.status-running') && r.querySelector('td.best-val').dataset.value !== '')",
+                           timeout=60_000)
     page.wait_for_function("document.querySelector('#curves canvas') !== null", timeout=120_000)
     page.wait_for_function("document.getElementById('sweep-status').textContent === 'finished'", timeout=300_000)
     page.wait_for_function("document.querySelectorAll('#trials-table tbody tr[data-run]').length === 4")

@@ -10,10 +10,10 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from tinygpt.options import GROUPS, Option, unknown_name_message
-from tinygpt.presets import PRESETS, list_presets
+from tinygpt.presets import ARCHS, PRESETS, list_presets, model_config
 from tinygpt.recipes import RECIPES, with_recipe
 from tinygpt.records import unreached_line
-from tinygpt.run_config import TrainConfig
+from tinygpt.run_config import MODEL_OVERRIDES, TrainConfig
 
 from ..deps import RunId, SessionDep, SettingsDep
 from ..errors import AppError, Invalid
@@ -253,7 +253,25 @@ def option_text(key: str, value: object, run: RunPublic) -> str:
         resolved = getattr(TrainConfig(**{k: v for k, v in run.config.items() if k in TRAINING_OPTIONS}),
                            RESOLVED_BY[key])()
         return f"unset → {resolved}"
+    if value is None and key in MODEL_OVERRIDES and preset is not None:
+        return model_default_text(key, preset.name, run.config.get("arch") or preset.default_arch)
     return "–" if value is None or value == "" else str(value)
+
+
+def model_default_text(key: str, preset: str, arch: str) -> str:
+    """A model option left to the preset, as the run used it and where it came from.
+
+    >>> model_default_text("d_model", "tiny", "modern"), model_default_text("norm", "tiny", "modern")
+    ('64 (tiny)', 'rmsnorm (modern)')
+    >>> model_default_text("attn_dropout", "holmes", "series")
+    "0.1 (dropout's)"
+    """
+    config = model_config(preset, arch)
+    if key == "attn_dropout":
+        return f"{config.attention_dropout} (dropout's)"
+    value = getattr(config, key)
+    shown = ("on" if value else "off") if isinstance(value, bool) else value
+    return f"{shown} ({arch if key in ARCHS[arch] else preset})"
 
 
 #: Options whose unset value the library resolves from the others (warmup: min(200, steps / 10), ...): the

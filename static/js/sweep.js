@@ -106,7 +106,7 @@
       drawCurves();
     }
     if (d.kind === "finished") { loadCurve(d.run_id).then(refreshSoon); return; }  // the whole curve, step 0 too
-    if (d.kind !== "evaluated") refreshSoon();
+    refreshSoon();  // the table moves with the curves: its best val and step come from the server
   });
   source.addEventListener("sweep", refreshSoon);
   source.addEventListener("end", () => { source.close(); refreshSoon(); });
