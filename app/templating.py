@@ -15,6 +15,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
+from tinygpt.options import option_value_text
 from tinygpt.records import duration_text
 
 from .models.runs import FINISHED
@@ -47,20 +48,48 @@ def ratio_text(ratio: float) -> str:
     return f"{ratio:.2f}x" if 0.1 <= ratio < 100 else f"{ratio:.3g}x"
 
 
-def option_value_text(value: object) -> str:
-    """An option's stored value on a page: unset as "–" (never Python's None), booleans as on/off."""
-    if value is None:
+def figure_text(value: float, figure: str) -> str:
+    """Losses (and bits per byte) to 4 decimals; counts, seconds, tokens/s and MiB whole, with thousands."""
+    return f"{value:.4f}" if "loss" in figure or "bpb" in figure else f"{value:,.0f}"
+
+
+def spread_text(spread: dict | None, figure: str) -> str:
+    """A group's figure: mean +/- standard deviation (n).
+
+    >>> spread_text({"mean": 3.77, "std": 0.01, "n": 3}, "best_val_loss")
+    '3.7700 ± 0.0100 (n=3)'
+    >>> spread_text({"mean": 2300.4, "std": 12.2, "n": 2}, "tokens_per_sec"), spread_text(None, "peak_mem_mib")
+    ('2,300 ± 12 (n=2)', '–')
+    """
+    if spread is None:
         return "–"
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return str(value)
+    std = "" if spread["std"] is None else f" ± {figure_text(spread['std'], figure)}"
+    return f"{figure_text(spread['mean'], figure)}{std} (n={spread['n']})"
+
+
+def difference_text(d: dict | None, figure: str) -> str:
+    """Two groups' difference with its 95 % interval, and whether the seeds alone could make it.
+
+    >>> difference_text({"difference": -0.01, "half_width": 0.05, "within_noise": True}, "best_val_loss")
+    '-0.0100 ± 0.0500 (within seed noise)'
+    """
+    if d is None:
+        return "–"
+    sign = "+" if d["difference"] >= 0 else "-"
+    shown = f"{sign}{figure_text(abs(d['difference']), figure)}"
+    if d["half_width"] is None:
+        return f"{shown} (too few runs to tell)"
+    noise = "within seed noise" if d["within_noise"] else "larger than seed noise"
+    return f"{shown} ± {figure_text(d['half_width'], figure)} ({noise})"
 
 
 templates = Jinja2Templates(directory=ROOT / "templates", context_processors=[page_context])
 templates.env.globals["fmt"] = lambda v: "–" if v is None else f"{v:.4f}"
 templates.env.filters["duration"] = duration_text  # seconds as "1 h 51 min" (the library's words)
 templates.env.filters["ratio"] = ratio_text
-templates.env.filters["option_value"] = option_value_text
+templates.env.filters["spread"] = spread_text
+templates.env.filters["difference"] = difference_text
+templates.env.filters["option_value"] = option_value_text  # the library's words for an option's value
 templates.env.globals["finished"] = [s.value for s in FINISHED]
 templates.env.globals["asset_version"] = asset_version()  # our CSS and JavaScript, kept by browsers until it changes
 

@@ -209,3 +209,16 @@ if __name__ == "__main__":
     from .run_config import OPTIONS
 
     print(markdown_table(OPTIONS))
+
+
+def option_value_text(value: object) -> str:
+    """An option's value for people (pages, group labels): unset as "–" (never Python's None), booleans as on/off.
+
+    >>> [option_value_text(v) for v in (None, True, 0.001, "cpu")]
+    ['–', 'on', '0.001', 'cpu']
+    """
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)

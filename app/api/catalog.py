@@ -87,12 +87,16 @@ async def upload_dataset(
 
 
 @router.get("/compare")
-def compare(session: SessionDep, ids: Annotated[str, Query(max_length=500, description="comma-separated run ids")]) -> dict:
+def compare(session: SessionDep, ids: Annotated[str, Query(max_length=500, description="comma-separated run ids")],
+            group_by: Annotated[str | None, Query(max_length=100, description="a run option (or device): the runs "
+                                                  "grouped by its value, each figure's mean, standard deviation and n, "
+                                                  "and for two groups their difference with a 95% interval")] = None
+            ) -> dict:
     try:
         run_ids = [int(x) for x in ids.split(",") if x.strip()]
     except ValueError:
         raise Invalid("ids must be comma-separated integers", field="ids") from None
-    return compare_runs(session, ids=run_ids)
+    return compare_runs(session, ids=run_ids, group_by=group_by or None)
 
 
 @health_router.get("/healthz")

@@ -4,17 +4,27 @@ options that differ (webhook URLs as the request may see them)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from sqlalchemy import func
 from sqlmodel import Session, col, select
+
+from tinygpt.options import option_value_text, unknown_name_message
 
 from ..errors import Invalid
 from ..models import MAX_INT64, Metric, MetricPublic, Run, RunPublic
 from ..redaction import shown_config
+from .group_stats import Spread, verdict, welch
 from .metric_history import run_rate
 from .runs import get_run
 
 # -- comparison ---------------------------------------------------------------------------------
 MAX_COMPARED_RUNS = 10  # one chart stays readable, and the page stays fast
+MAX_GROUPED_RUNS = 30  # grouped, a chart draws a mean and a band per group: 5 groups of 3 seeds and more
+#: What a group shows as mean +/- standard deviation (n), by the name each run's figures give it.
+GROUP_FIGURES = {"best_val_loss": "best validation loss", "final_val_loss": "final validation loss",
+                 "best_val_bpb": "best validation bits per byte", "target_sec": "time to target (s)",
+                 "target_tokens": "tokens to target", "tokens_per_sec": "tokens/s", "peak_mem_mib": "peak memory (MiB)"}
 
 def evaluation_rows(session: Session, *, run_id: int) -> list[MetricPublic]:
     """The rows with a validation loss, by step (their own index: no scan of the other rows)."""
@@ -61,12 +71,60 @@ def target_ratios(summaries: list[dict]) -> None:
         s["target_speedup_vs_first"] = theirs["seconds"] / mine["seconds"] if same and mine["seconds"] else None
         s["target_tokens_vs_first"] = mine["tokens"] / theirs["tokens"] if same and theirs["tokens"] else None
 
-def compare_runs(session: Session, *, ids: list[int]) -> dict:
-    """Aligned metrics, final/best values, tok/s ratios and the largest gap between loss curves."""
+def run_options(run: Run) -> dict:
+    """A run's options as the comparison shows them (webhook URLs as the request may see them), with its device."""
+    return shown_config(run.config) | {"device": run.requested_device}
+
+
+def group_runs(runs: list[Run], summaries: list[dict], group_by: str) -> dict:
+    """Runs grouped by the value of one option, in the order groups first appear: per group its runs and each
+    figure's spread; for two groups, each figure's difference (second - first) with its 95 % interval, and the
+    sentence for the best validation loss."""
+    known = sorted(set().union(*(run_options(r) for r in runs)))
+    if group_by not in known:
+        raise Invalid(unknown_name_message(group_by, known, "run option"), field="group_by")
+    groups: dict[str, list[dict]] = {}
+    for run, summary in zip(runs, summaries, strict=True):
+        groups.setdefault(option_value_text(run_options(run).get(group_by)), []).append(summary)
+    out = [{"label": f"{group_by} {value}", "value": value, "run_ids": [s["id"] for s in members],
+            "figures": {name: spread_of(members, name) for name in GROUP_FIGURES}} for value, members in groups.items()]
+    result: dict = {"group_by": group_by, "groups": out, "difference": None, "verdict": None}
+    if len(out) == 2:
+        first, second = groups.values()
+        result["difference"] = {name: difference_of(first, second, name) for name in GROUP_FIGURES}
+        d = welch(figure_values(first, "best_val_loss"), figure_values(second, "best_val_loss"))
+        if d is not None:
+            result["verdict"] = verdict(out[1]["value"], out[0]["value"], GROUP_FIGURES["best_val_loss"], d,
+                                        len(figure_values(first, "best_val_loss")),
+                                        len(figure_values(second, "best_val_loss")))
+    return result
+
+
+def figure_values(members: list[dict], name: str) -> list[float]:
+    values = [m["time_to_target"] and m["time_to_target"][{"target_sec": "seconds", "target_tokens": "tokens"}[name]]
+              if name.startswith("target_") else m[name] for m in members]
+    return [float(v) for v in values if v is not None]
+
+
+def spread_of(members: list[dict], name: str) -> dict | None:
+    spread = Spread.of(figure_values(members, name))
+    return None if spread is None else asdict(spread)
+
+
+def difference_of(first: list[dict], second: list[dict], name: str) -> dict | None:
+    d = welch(figure_values(first, name), figure_values(second, name))
+    return None if d is None else {**asdict(d), "low": d.low, "high": d.high, "within_noise": d.within_noise}
+
+
+def compare_runs(session: Session, *, ids: list[int], group_by: str | None = None) -> dict:
+    """Aligned metrics, final/best values, tok/s ratios and the largest gap between loss curves; with
+    ``group_by``, the runs' groups too (:func:`group_runs`)."""
     if len(ids) < 2:
         raise Invalid("give at least two run ids to compare", field="ids")
-    if len(ids) > MAX_COMPARED_RUNS:
-        raise Invalid(f"compare at most {MAX_COMPARED_RUNS} runs at once (got {len(ids)})", field="ids")
+    most = MAX_GROUPED_RUNS if group_by else MAX_COMPARED_RUNS
+    if len(ids) > most:
+        raise Invalid(f"compare at most {most} runs at once{' grouped' if group_by else ''} (got {len(ids)})",
+                      field="ids")
     if not all(1 <= i <= MAX_INT64 for i in ids):
         raise Invalid("run ids must be positive 64-bit integers", field="ids")
     runs = [get_run(session, run_id=i) for i in ids]
@@ -89,7 +147,7 @@ def compare_runs(session: Session, *, ids: list[int]) -> dict:
         max_train_gap = max(
             max(v[s].train_loss for v in val_by_run) - min(v[s].train_loss for v in val_by_run) for s in shared
         )
-    configs = [shown_config(r.config) | {"device": r.requested_device} for r in runs]
+    configs = [run_options(r) for r in runs]
     keys = sorted(set().union(*configs))
     differences = {k: [c.get(k) for c in configs] for k in keys if len({repr(c.get(k)) for c in configs}) > 1}
     return {
@@ -99,4 +157,5 @@ def compare_runs(session: Session, *, ids: list[int]) -> dict:
         "max_val_loss_gap": max_val_gap,
         "max_train_loss_gap": max_train_gap,
         "config_differences": differences,
+        "grouped": group_runs(runs, summaries, group_by) if group_by else None,
     }

@@ -312,7 +312,8 @@ COMPARE_POINTS = 2000  # rows a compared run's curve is thinned to (about two a 
 
 
 @router.get("/compare", response_class=HTMLResponse)
-def compare_page(request: Request, session: SessionDep, ids: Annotated[list[str] | None, Query()] = None) -> HTMLResponse:
+def compare_page(request: Request, session: SessionDep, ids: Annotated[list[str] | None, Query()] = None,
+                 group_by: Annotated[str | None, Query(max_length=100)] = None) -> HTMLResponse:
     raw = ",".join(ids or [])
     run_ids, result, error = [], None, None
     try:
@@ -321,14 +322,15 @@ def compare_page(request: Request, session: SessionDep, ids: Annotated[list[str]
         error = "run ids must be numbers separated by commas"
     if run_ids and not error:
         try:
-            result = compare.compare_runs(session, ids=run_ids)
+            result = compare.compare_runs(session, ids=run_ids, group_by=group_by or None)
             for summary in result["runs"]:  # each curve thinned in the database, every evaluation kept
                 history = metric_columns(session, run_id=summary["id"], max_points=COMPARE_POINTS)["columns"]
                 summary["history"] = {k: history[k] for k in ("step", "train_loss", "val_loss", "tokens_seen",
                                                               "elapsed_sec")}
         except AppError as exc:
             error = exc.message
-    return render(request, "compare.html", nav="compare", result=result, error=error, ids_text=",".join(map(str, run_ids)))
+    return render(request, "compare.html", nav="compare", result=result, error=error, ids_text=",".join(map(str, run_ids)),
+                  group_by=group_by, group_options=["device", *TRAINING_OPTIONS], group_figures=compare.GROUP_FIGURES)
 
 
 @router.get("/benchmarks", response_class=HTMLResponse)

@@ -1,0 +1,113 @@
+"""``GET /api/compare?group_by=``: runs grouped by an option's value, each figure's mean, standard deviation and
+n, and for two groups their difference with Welch's 95 % interval and the sentence (in-process; the statistics
+themselves: tests/test_group_stats.py)."""
+
+from __future__ import annotations
+
+import math
+
+import httpx
+import pytest
+
+from app.services.group_stats import verdict, welch
+
+from .browser import needs_chromium, open_page, shot
+from .conftest import IMPORTED_RUN
+
+
+def run_with_best(client, imported_run, device: str, best: float, seed: int) -> int:  # noqa: ANN001
+    """An imported run whose evaluations end at ``best`` (its best validation loss)."""
+    metrics = [{**row, "val_loss": (best + 1.0 if row["step"] == 0 else best) if row["val_loss"] or row["step"] == 0
+                else None} for row in IMPORTED_RUN["metrics"]]
+    return imported_run(client, device=device, metrics=metrics, config={**IMPORTED_RUN["config"], "seed": seed})
+
+
+@pytest.fixture
+def two_devices(make_app, imported_run):  # noqa: ANN201
+    client = make_app()
+    cpu = [run_with_best(client, imported_run, "cpu", best, seed) for best, seed in ((3.76, 1), (3.78, 2), (3.77, 3))]
+    gpu = [run_with_best(client, imported_run, "cuda", best, seed) for best, seed in ((3.75, 1), (3.77, 2))]
+    return client, cpu, gpu
+
+
+def test_runs_grouped_by_device_carry_each_groups_spread_and_the_difference(two_devices):
+    client, cpu, gpu = two_devices
+    response = client.get("/api/compare", params={"ids": ",".join(map(str, cpu + gpu)), "group_by": "device"})
+    assert response.status_code == 200, response.text
+    grouped = response.json()["grouped"]
+    assert [(g["label"], g["run_ids"]) for g in grouped["groups"]] == [("device cpu", cpu), ("device cuda", gpu)]
+    cpu_best, gpu_best = grouped["groups"][0]["figures"]["best_val_loss"], grouped["groups"][1]["figures"]["best_val_loss"]
+    assert cpu_best == {"mean": pytest.approx(3.77), "std": pytest.approx(0.01), "n": 3}
+    assert gpu_best == {"mean": pytest.approx(3.76), "std": pytest.approx(math.sqrt(0.0002)), "n": 2}
+    d = grouped["difference"]["best_val_loss"]
+    assert d["difference"] == pytest.approx(-0.01)
+    v1, v2 = 0.0001 / 3, 0.0002 / 2  # the variances over n
+    assert d["dof"] == pytest.approx((v1 + v2) ** 2 / (v1**2 / 2 + v2**2 / 1))
+    assert d["within_noise"] is True and d["low"] < 0 < d["high"]
+    assert grouped["verdict"] == verdict("cuda", "cpu", "best validation loss", welch([3.76, 3.78, 3.77], [3.75, 3.77]),
+                                         3, 2)
+    assert grouped["verdict"].startswith("cuda - cpu best validation loss: -0.010 +/- ") and \
+        grouped["verdict"].endswith(" (2 and 3 runs): within seed noise")
+    assert grouped["groups"][0]["figures"]["target_sec"] is None  # no run has a target: no figure, not zero
+
+
+def test_grouping_by_an_option_every_run_shares_gives_one_group_and_no_difference(two_devices):
+    client, cpu, gpu = two_devices
+    grouped = client.get("/api/compare", params={"ids": ",".join(map(str, cpu + gpu)), "group_by": "preset"}).json()["grouped"]
+    assert [(g["label"], len(g["run_ids"])) for g in grouped["groups"]] == [("preset tiny", 5)]
+    assert grouped["difference"] is None and grouped["verdict"] is None
+
+
+@pytest.mark.parametrize("group_by, message", [
+    ("devise", "unknown run option 'devise': did you mean 'device'?"),
+    ("x" * 101, "String should have at most 100 characters"),
+])
+def test_an_unknown_option_to_group_by_is_refused_naming_it(two_devices, group_by, message):
+    client, cpu, gpu = two_devices
+    response = client.get("/api/compare", params={"ids": f"{cpu[0]},{gpu[0]}", "group_by": group_by})
+    assert response.status_code == 422
+    error = response.json()["detail"][0]
+    assert error["loc"][-1] == "group_by" and error["msg"].startswith(message)
+
+
+def test_grouped_comparisons_take_more_runs_than_plain_ones(make_app, imported_run):
+    client = make_app()
+    ids = ",".join(str(run_with_best(client, imported_run, "cpu", 3.7 + i / 100, i)) for i in range(11))
+    assert client.get("/api/compare", params={"ids": ids}).json()["detail"][0]["msg"] == \
+        "compare at most 10 runs at once (got 11)"
+    assert len(client.get("/api/compare", params={"ids": ids, "group_by": "seed"}).json()["grouped"]["groups"]) == 11
+
+
+def test_the_compare_page_groups_runs_and_says_whether_the_difference_is_noise(two_devices):
+    client, cpu, gpu = two_devices
+    page = client.get("/compare", params={"ids": ",".join(map(str, cpu + gpu)), "group_by": "device"}).text
+    assert '<option selected>device</option>' in page
+    row = page.split('<tr data-figure="best_val_loss">')[1].split("</tr>")[0]
+    assert "<td>3.7700 ± 0.0100 (n=3)</td>" in row and "<td>3.7600 ± 0.0141 (n=2)</td>" in row
+    assert '<td class="difference">-0.0100 ± ' in row and "(within seed noise)</td>" in row
+    assert '<p id="group-verdict">cuda - cpu best validation loss: -0.010 +/- ' in page
+
+
+@needs_chromium
+def test_the_grouped_compare_page_in_chromium(start_service, browser):
+    app = start_service("compare-groups").app
+    ids = {"cpu": [], "cuda": []}
+    for device, bests in (("cpu", (3.760, 3.762, 3.761)), ("cuda", (3.700, 3.702, 3.701))):
+        for seed, best in enumerate(bests):
+            metrics = [{**row, "val_loss": best if row["val_loss"] else None} for row in IMPORTED_RUN["metrics"]]
+            body = {**IMPORTED_RUN, "name": f"{device} seed {seed}", "device": device, "metrics": metrics,
+                    "config": {**IMPORTED_RUN["config"], "seed": seed}}
+            ids[device].append(httpx.post(f"{app.url}/api/runs/import", json=body, timeout=30).json()["id"])
+    page = open_page(browser)
+    page.goto(f"{app.url}/compare?ids={','.join(map(str, ids['cpu'] + ids['cuda']))}&group_by=device")
+    assert page.locator("#groups-table thead th").all_inner_texts()[1:] == [
+        "device cpu (3 runs)", "device cuda (3 runs)", "cuda - cpu (95% interval)"]
+    cells = page.locator("#groups-table tr[data-figure=best_val_loss] td").all_inner_texts()
+    assert cells[:2] == ["3.7610 ± 0.0010 (n=3)", "3.7010 ± 0.0010 (n=3)"]
+    assert cells[2].startswith("-0.0600 ± 0.00") and cells[2].endswith("(larger than seed noise)")
+    assert page.inner_text("#group-verdict").startswith("cuda - cpu best validation loss: -0.060 +/- 0.00")
+    assert page.inner_text("#group-verdict").endswith("(3 runs each): larger than seed noise")
+    assert page.input_value("#group-by") == "device"
+    shot(page, "compare-groups")
+    page.context.close()
+    assert page.js_errors == [], page.js_errors
