@@ -48,7 +48,7 @@ OPERATIONS = [
     "GET /api/runs", "POST /api/runs", "GET /api/runs/{run_id}", "PATCH /api/runs/{run_id}",
     "DELETE /api/runs/{run_id}", "POST /api/runs/{run_id}/cancel", "GET /api/runs/{run_id}/metrics",
     "GET /api/runs/{run_id}/samples", "GET /api/runs/{run_id}/checkpoint", "GET /api/runs/{run_id}/export",
-    "POST /api/runs/{run_id}/sample",
+    "POST /api/runs/{run_id}/sample", "POST /api/runs/{run_id}/repeat",
     "GET /api/runs/{run_id}/neighbors", "POST /api/benchmarks", "GET /api/benchmarks", "GET /api/benchmarks/estimates",
     "GET /api/benchmarks/{run_id}", "GET /api/presets", "GET /api/devices", "GET /api/datasets",
     "POST /api/datasets", "GET /api/compare", "GET /api/model-size", "GET /healthz", "GET /api/options",

@@ -24,6 +24,7 @@ from ..models import (
     MAX_INT64,
     MetricColumns,
     MetricPublic,
+    RepeatRequest,
     RunCreate,
     RunPublic,
     RunSort,
@@ -53,6 +54,12 @@ MAX_STEP = 2**31 - 1  # steps are 32-bit integers in the database
 def create_runs(body: RunCreate, session: SessionDep, settings: SettingsDep) -> list[RunPublic]:
     """Create one run, or one per device (same seed, one group) when ``device`` is a list."""
     return [RunPublic.of(r) for r in lifecycle.create_runs(session, body=body, settings=settings)]
+
+
+@router.post("/{run_id}/repeat", status_code=201, response_model=list[RunPublic])
+def repeat_run(run_id: RunId, body: RepeatRequest, session: SessionDep, settings: SettingsDep) -> list[RunPublic]:
+    """The run's options again over the next seeds its group has not used, in its group: "Run 2 more seeds"."""
+    return [RunPublic.of(r) for r in lifecycle.repeat_run(session, run_id=run_id, count=body.seeds, settings=settings)]
 
 
 @router.get("", response_model=RunsPage)

@@ -162,12 +162,50 @@ RunConfig = create_model(  # the validated training options of a run (POST /api/
 )
 
 
+#: The most runs one submission makes (devices x seeds).
+MAX_RUNS_AT_ONCE = 32
+SEED_BOUNDS = (TRAINING_OPTIONS["seed"].ge, TRAINING_OPTIONS["seed"].le)
+
+
 class RunCreate(RunConfig):
-    """POST /api/runs. ``device`` may be a list: one run per device, same seed, one group."""
+    """POST /api/runs. ``device`` may be a list: one run per device, same seed, one group; ``seeds`` repeats the
+    run over seeds (a count from ``seed`` on, or a list): one run per seed and device, one group."""
 
     device: str | list[str] = "auto"
+    seeds: int | list[int] | None = Field(default=None, description="repeat over seeds: a count (this run's seed "
+                                          "and the next ones) or a list; one run per seed and device, one group")
     name: str | None = Field(default=None, min_length=1, max_length=200)
     tags: list[str] = Field(default_factory=list, max_length=50)
+
+    @field_validator("seeds")
+    @classmethod
+    def _seed_values(cls, v: int | list[int] | None) -> int | list[int] | None:
+        if isinstance(v, int) and not 1 <= v <= MAX_RUNS_AT_ONCE:
+            raise ValueError(f"a count of seeds must be 1 to {MAX_RUNS_AT_ONCE}, got {v}")
+        if isinstance(v, list):
+            if not 1 <= len(v) <= MAX_RUNS_AT_ONCE:
+                raise ValueError(f"give 1 to {MAX_RUNS_AT_ONCE} seeds, got {len(v)}")
+            if len(set(v)) != len(v):
+                raise ValueError("each seed once: the same seed twice makes the same run")
+            if any(not SEED_BOUNDS[0] <= s <= SEED_BOUNDS[1] for s in v):
+                raise ValueError(f"seeds must be in [{SEED_BOUNDS[0]}, {SEED_BOUNDS[1]}]")
+        return v
+
+    @model_validator(mode="after")
+    def _runs_at_once(self) -> RunCreate:
+        count = len(self.devices()) * len(self.seed_list())
+        if count > MAX_RUNS_AT_ONCE:
+            raise ValueError(f"{len(self.devices())} devices x {len(self.seed_list())} seeds make {count} runs; at most "
+                             f"{MAX_RUNS_AT_ONCE} at once")
+        if self.seed_list()[-1] > SEED_BOUNDS[1]:
+            raise ValueError(f"seeds must be in [{SEED_BOUNDS[0]}, {SEED_BOUNDS[1]}]")
+        return self
+
+    def seed_list(self) -> list[int]:
+        """The seeds of the runs: ``seed`` alone, ``seeds`` of them from ``seed`` on, or the list given."""
+        if self.seeds is None:
+            return [self.seed]
+        return list(self.seeds) if isinstance(self.seeds, list) else [self.seed + i for i in range(self.seeds)]
 
     @field_validator("device")
     @classmethod
@@ -190,6 +228,12 @@ class RunCreate(RunConfig):
 
     def devices(self) -> list[str]:
         return [self.device] if isinstance(self.device, str) else list(self.device)
+
+
+class RepeatRequest(InputModel):
+    """POST /api/runs/{id}/repeat: a run's options again over more seeds."""
+
+    seeds: int = Field(default=2, ge=1, le=MAX_RUNS_AT_ONCE, description="how many more seeds")
 
 
 class RunUpdate(InputModel):

@@ -72,8 +72,9 @@ def target_ratios(summaries: list[dict]) -> None:
         s["target_tokens_vs_first"] = mine["tokens"] / theirs["tokens"] if same and theirs["tokens"] else None
 
 def run_options(run: Run) -> dict:
-    """A run's options as the comparison shows them (webhook URLs as the request may see them), with its device."""
-    return shown_config(run.config) | {"device": run.requested_device}
+    """A run's options as the comparison shows them (webhook URLs as the request may see them), with its device
+    and its group (one submission over devices or seeds, and its repeats)."""
+    return shown_config(run.config) | {"device": run.requested_device, "group": run.group_id}
 
 
 def group_runs(runs: list[Run], summaries: list[dict], group_by: str) -> dict:

@@ -15,6 +15,7 @@ settled (``app/services/sweeps.py``): by the worker, right after each job ends a
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import datetime
 
@@ -40,7 +41,9 @@ from .datasets import check_context_fits, check_dataset_exists, dataset_target
 from .devices import check_device_available, check_machine_limits, check_memory_fits
 from .events import record_event
 from .metric_history import median_rate
-from .runs import get_run, run_summary
+from .runs import get_run, group_runs, run_summary
+
+SEED_SUFFIX = re.compile(r" \[seed \d+\]$")  # what add_runs appends to tell a group's seeds apart
 
 Q, RUN, OK, FAIL, CANCEL, CRASH, PRUNE = (RunStatus.queued, RunStatus.running, RunStatus.succeeded, RunStatus.failed,
                                           RunStatus.cancelled, RunStatus.crashed, RunStatus.pruned)
@@ -111,22 +114,46 @@ def check_run(session: Session, *, body: RunCreate, settings: Settings) -> None:
 
 
 def add_runs(session: Session, *, body: RunCreate, settings: Settings, sweep_id: int | None = None,
-             trial: int | None = None) -> list[Run]:
-    """Queue one run per device of ``body`` (uncommitted: the caller commits); a sweep's trial names its sweep."""
+             trial: int | None = None, group_id: str | None = None, base_name: str | None = None) -> list[Run]:
+    """Queue one run per device and seed of ``body`` (uncommitted: the caller commits), several as one group (or
+    ``group_id``'s); a sweep's trial names its sweep."""
     check_run(session, body=body, settings=settings)
-    devices = body.devices()
-    config = body.model_dump(mode="json", exclude={"device", "name", "tags"})
+    devices, seeds = body.devices(), body.seed_list()
+    config = body.model_dump(mode="json", exclude={"device", "seeds", "name", "tags"})
     if config["target_val_loss"] is None:  # its dataset's, shown with the run's options (the job would find it too)
         config["target_val_loss"] = dataset_target(session, name=body.dataset, configured=None)
-    group = uuid.uuid4().hex[:12] if len(devices) > 1 else None
-    base = body.name or f"{body.preset}-{body.dataset}"
-    return [new_run(session, name=f"{base} [{device}]" if group else base, config=config, settings=settings,
+    group = group_id or (uuid.uuid4().hex[:12] if len(devices) * len(seeds) > 1 else None)
+    base = base_name or body.name or f"{body.preset}-{body.dataset}"
+
+    def name(device: str, seed: int) -> str:  # "holmes-holmes [cuda, seed 2]": what tells the group's runs apart
+        parts = [device] * (len(devices) > 1) + [f"seed {seed}"] * (len(seeds) > 1 or group_id is not None)
+        return f"{base} [{', '.join(parts)}]" if parts else base
+
+    return [new_run(session, name=name(device, seed), config={**config, "seed": seed}, settings=settings,
                     requested_device=device, tags=body.tags, group_id=group, sweep_id=sweep_id, trial=trial)
-            for device in devices]
+            for device in devices for seed in seeds]
 
 
 def create_runs(session: Session, *, body: RunCreate, settings: Settings) -> list[Run]:
     runs = add_runs(session, body=body, settings=settings)
+    session.commit()
+    return runs
+
+
+def repeat_run(session: Session, *, run_id: int, count: int, settings: Settings) -> list[Run]:
+    """``count`` more runs of a run's options, each with the next seed its group has not used, in its group (the
+    run's first group when it had none): "Run 2 more seeds"."""
+    run = get_run(session, run_id=run_id)
+    if run.origin != RunOrigin.dashboard or run.kind != RunKind.train:
+        raise Conflict(f"run {run_id} was not trained by this dashboard; repeat it where it was trained")
+    group = [r for r in group_runs(session, group_id=run.group_id)] if run.group_id else [run]
+    first_free = max(int(r.config.get("seed", 0)) for r in group) + 1
+    body = RunCreate.model_validate({**run.config, "device": run.requested_device, "tags": run.tags,
+                                     "seeds": list(range(first_free, first_free + count))})
+    run.group_id = run.group_id or uuid.uuid4().hex[:12]
+    session.add(run)
+    runs = add_runs(session, body=body, settings=settings, group_id=run.group_id,
+                    base_name=SEED_SUFFIX.sub("", run.name))
     session.commit()
     return runs
 

@@ -51,6 +51,11 @@ def get_run(session: Session, *, run_id: int) -> Run:
     return run
 
 
+def group_runs(session: Session, *, group_id: str) -> list[Run]:
+    """The runs of one group (one submission over devices or seeds, and their repeats), oldest first."""
+    return list(session.exec(select(Run).where(Run.group_id == group_id).order_by(col(Run.id))))
+
+
 def list_runs(
     session: Session,
     *,

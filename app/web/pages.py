@@ -172,6 +172,10 @@ def parse_form(form: dict[str, Any]) -> dict[str, Any]:
     body["tags"] = [t.strip() for t in body.get("tags", "").split(",") if t.strip()]
     if body.pop("cpu_and_gpu", None):
         body["device"] = ["cpu", "cuda"]
+    if seeds := body.pop("seeds", "").strip():  # "3": a count; "1, 2, 3": a list; else the model names it
+        parts = [p.strip() for p in seeds.split(",")]
+        body["seeds"] = (int(seeds) if "," not in seeds else [int(p) for p in parts]) \
+            if all(p.lstrip("-").isdigit() for p in parts) else seeds
     if "notify_urls" in body:  # the Notifications fieldset: alerts ticked, one URL a line
         body["notify"] = {"events": form.get("notify_events", []),
                           "urls": [u.strip() for u in body.pop("notify_urls").splitlines() if u.strip()]}
@@ -233,6 +237,15 @@ def run_page(run_id: RunId, request: Request, session: SessionDep) -> Response:
                   can_query_model=may_query_model(request), export_refusal=model_export.refusal(run.config),
                   target_waiting=unreached_line(run.target_val_loss, finished=run.status in FINISHED)
                   if run.target_val_loss else None)
+
+
+@router.post("/partials/runs/{run_id}/repeat", response_class=HTMLResponse)
+def repeat_from_page(run_id: RunId, request: Request, session: SessionDep, settings: SettingsDep) -> Response:
+    """"Run 2 more seeds": queued in the run's group, then the group's comparison (its seeds' spread)."""
+    runs = lifecycle.repeat_run(session, run_id=run_id, count=2, settings=settings)
+    group = svc.group_runs(session, group_id=runs[0].group_id)[-compare.MAX_GROUPED_RUNS:]
+    target = f"/compare?ids={','.join(str(r.id) for r in group)}&group_by=group"
+    return Response(status_code=200, headers={"HX-Redirect": app_url(request, target)})
 
 
 def option_text(key: str, value: object, run: RunPublic) -> str:
@@ -330,7 +343,7 @@ def compare_page(request: Request, session: SessionDep, ids: Annotated[list[str]
         except AppError as exc:
             error = exc.message
     return render(request, "compare.html", nav="compare", result=result, error=error, ids_text=",".join(map(str, run_ids)),
-                  group_by=group_by, group_options=["device", *TRAINING_OPTIONS], group_figures=compare.GROUP_FIGURES)
+                  group_by=group_by, group_options=["device", "group", *TRAINING_OPTIONS], group_figures=compare.GROUP_FIGURES)
 
 
 @router.get("/benchmarks", response_class=HTMLResponse)
