@@ -322,8 +322,8 @@ def test_unknown_fields_are_refused_naming_the_closest(make_app):
     assert guess.status_code == 422
     assert guess.json()["detail"] == [{"type": "extra_forbidden", "loc": ["body", "learning_rate"], "input": 0.1,
                                        "msg": "unknown field 'learning_rate': did you mean 'lr'?"}]
-    seeds = client.post("/api/runs", json={"preset": "tiny", "seeds": [1, 2, 3]}).json()["detail"][0]
-    assert (seeds["loc"], seeds["msg"]) == (["body", "seeds"], "unknown field 'seeds': did you mean 'seed'?")
+    seeds = client.post("/api/runs", json={"preset": "tiny", "sead": 3}).json()["detail"][0]
+    assert (seeds["loc"], seeds["msg"]) == (["body", "sead"], "unknown field 'sead': did you mean 'seed'?")
     base = client.post("/api/sweeps", json={"method": "grid", "parameters": {"lr": {"values": [0.01]}},
                                             "base": {"preset": "tiny", "n_layer": 2}}).json()["detail"][0]
     assert (base["loc"], base["msg"]) == (["body", "base", "n_layer"], "unknown field 'n_layer': did you mean 'n_layers'?")
