@@ -94,7 +94,8 @@ def test_the_grouped_compare_page_in_chromium(start_service, browser):
     ids = {"cpu": [], "cuda": []}
     for device, bests in (("cpu", (3.760, 3.762, 3.761)), ("cuda", (3.700, 3.702, 3.701))):
         for seed, best in enumerate(bests):
-            metrics = [{**row, "val_loss": best if row["val_loss"] else None} for row in IMPORTED_RUN["metrics"]]
+            metrics = [{**row, "val_loss": best + (10 - row["step"]) / 10 if row["step"] % 5 == 0 else None}
+                       for row in IMPORTED_RUN["metrics"]]  # evaluations at steps 0, 5 and 10, the best last
             body = {**IMPORTED_RUN, "name": f"{device} seed {seed}", "device": device, "metrics": metrics,
                     "config": {**IMPORTED_RUN["config"], "seed": seed}}
             ids[device].append(httpx.post(f"{app.url}/api/runs/import", json=body, timeout=30).json()["id"])
@@ -108,6 +109,34 @@ def test_the_grouped_compare_page_in_chromium(start_service, browser):
     assert page.inner_text("#group-verdict").startswith("cuda - cpu best validation loss: -0.060 +/- 0.00")
     assert page.inner_text("#group-verdict").endswith("(3 runs each): larger than seed noise")
     assert page.input_value("#group-by") == "device"
+    # the chart: per group a mean curve and its band (two edges, the area between them filled)
+    labels = page.evaluate("document.getElementById('compare-chart').uplot.series.slice(1).map(s => s.label)")
+    assert labels == ["device cpu val mean (3 runs)", "device cpu max", "device cpu min",
+                      "device cuda val mean (3 runs)", "device cuda max", "device cuda min"]
+    assert page.evaluate("document.getElementById('compare-chart').uplot.bands.length") == 2
+    page.select_option("#band", "std")
+    page.select_option("#x-axis", "tokens_seen")
+    page.locator(".u-legend .u-series", has_text="device cpu val mean").click()  # hides the cpu mean
+    box = page.locator("#compare-chart .u-over").bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + 20)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.7, box["y"] + 20, steps=5)
+    page.mouse.up()  # a zoom: dragged across the chart
     shot(page, "compare-groups")
-    page.context.close()
-    assert page.js_errors == [], page.js_errors
+    link = page.url
+    assert "band=std" in link and "x=tokens_seen" in link and "hide=1" in link and "zoom=" in link
+    zoomed = page.evaluate("[document.getElementById('compare-chart').uplot.scales.x.min, "
+                           "document.getElementById('compare-chart').uplot.scales.x.max]")
+    again = open_page(browser)
+    again.goto(link)  # the copied link opens the same view
+    assert (again.input_value("#band"), again.input_value("#x-axis"), again.input_value("#group-by")) == \
+        ("std", "tokens_seen", "device")
+    assert again.evaluate("document.getElementById('compare-chart').uplot.series.map(s => s.show)") == \
+        [True, False, True, True, True, True, True]
+    assert again.evaluate("document.getElementById('compare-chart').uplot.series[2].label") == "device cpu +1 std"
+    restored = again.evaluate("[document.getElementById('compare-chart').uplot.scales.x.min, "
+                              "document.getElementById('compare-chart').uplot.scales.x.max]")
+    assert restored == pytest.approx(zoomed, rel=1e-5)
+    for p in (page, again):
+        p.context.close()
+        assert p.js_errors == [], p.js_errors

@@ -258,8 +258,22 @@ def test_a_100k_row_run_page_shows_its_last_step_and_best_validation_point(windo
     assert zoom[2] == zoom[1] - zoom[0] + 1 and zoom[2] > 100  # every step of the range
     assert page.is_visible("#zoom-reset")
     shot(page, "run-100k-rows-zoomed")
+    # the view is in the address: a copied link opens the same zoomed range, x-axis and smoothing
+    page.select_option("#x-axis", "tokens_seen")
+    page.fill("#smoothing", "0.5")
+    page.dispatch_event("#smoothing", "input")
+    link = page.url
+    assert f"zoom={zoom[0]},{zoom[1]}" in link and "x=tokens_seen" in link and "smooth=0.5" in link
+    again = page.context.new_page()
+    again.goto(link)
+    again.wait_for_function("window.runState && window.runState.zoom !== null", timeout=60_000)
+    assert again.evaluate("[window.runState.zoom.from, window.runState.zoom.to, window.runState.zoom.rows.length]") \
+        == zoom
+    assert (again.input_value("#x-axis"), again.input_value("#smoothing")) == ("tokens_seen", "0.5")
+    again.close()
     page.click("#zoom-reset")
     assert page.evaluate("window.runState.zoom") is None
+    assert "zoom=" not in page.url
 
 
 @needs_chromium

@@ -77,7 +77,33 @@ def run_options(run: Run) -> dict:
     return shown_config(run.config) | {"device": run.requested_device, "group": run.group_id}
 
 
-def group_runs(runs: list[Run], summaries: list[dict], group_by: str) -> dict:
+def group_curve(members: list[list[MetricPublic]]) -> dict:
+    """A group's validation curve at the evaluation steps all its runs share: the mean loss and its bands (min to
+    max, mean +/- one standard deviation), with the mean tokens seen and training seconds there (the x-axes)."""
+    by_step = [{m.step: m for m in evals} for evals in members]
+    steps = sorted(set.intersection(*(set(b) for b in by_step))) if by_step else []
+    curve: dict[str, list] = {k: [] for k in ("step", "tokens_seen", "elapsed_sec", "val_mean", "min", "max",
+                                              "std_low", "std_high")}
+    for step in steps:
+        rows = [b[step] for b in by_step]
+        spread = Spread.of([r.val_loss for r in rows])
+        if spread is None:
+            continue
+        std = spread.std or 0.0
+        curve["step"].append(step)
+        curve["tokens_seen"].append(sum(r.tokens_seen for r in rows) / len(rows))
+        curve["elapsed_sec"].append(sum(r.elapsed_sec for r in rows) / len(rows))
+        values = [r.val_loss for r in rows if r.val_loss is not None]
+        curve["val_mean"].append(spread.mean)
+        curve["min"].append(min(values))
+        curve["max"].append(max(values))
+        curve["std_low"].append(spread.mean - std)
+        curve["std_high"].append(spread.mean + std)
+    return curve
+
+
+def group_runs(runs: list[Run], summaries: list[dict], group_by: str,
+               evals: dict[int, list[MetricPublic]] | None = None) -> dict:
     """Runs grouped by the value of one option, in the order groups first appear: per group its runs and each
     figure's spread; for two groups, each figure's difference (second - first) with its 95 % interval, and the
     sentence for the best validation loss."""
@@ -88,7 +114,9 @@ def group_runs(runs: list[Run], summaries: list[dict], group_by: str) -> dict:
     for run, summary in zip(runs, summaries, strict=True):
         groups.setdefault(option_value_text(run_options(run).get(group_by)), []).append(summary)
     out = [{"label": f"{group_by} {value}", "value": value, "run_ids": [s["id"] for s in members],
-            "figures": {name: spread_of(members, name) for name in GROUP_FIGURES}} for value, members in groups.items()]
+            "figures": {name: spread_of(members, name) for name in GROUP_FIGURES},
+            "curve": group_curve([evals[s["id"]] for s in members]) if evals is not None else None}
+           for value, members in groups.items()]
     result: dict = {"group_by": group_by, "groups": out, "difference": None, "verdict": None}
     if len(out) == 2:
         first, second = groups.values()
@@ -158,5 +186,5 @@ def compare_runs(session: Session, *, ids: list[int], group_by: str | None = Non
         "max_val_loss_gap": max_val_gap,
         "max_train_loss_gap": max_train_gap,
         "config_differences": differences,
-        "grouped": group_runs(runs, summaries, group_by) if group_by else None,
+        "grouped": group_runs(runs, summaries, group_by, evals) if group_by else None,
     }

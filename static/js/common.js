@@ -88,10 +88,11 @@ window.TG = (() => {
       series: [{ label: (opts && opts.xLabel) || "x" }, ...series],
       cursor: { drag: { x: true, y: false, setScale: !(opts && opts.onSelect) } },
       // opts.onSelect(x0, x1): a dragged x range goes to the page (which reads it at full resolution)
-      hooks: opts && opts.onSelect ? { setSelect: [(u) => {
+      hooks: { ...(opts && opts.onSelect ? { setSelect: [(u) => {
         if (u.select.width > 2) opts.onSelect(u.posToVal(u.select.left, "x"), u.posToVal(u.select.left + u.select.width, "x"));
         u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
-      }] } : {},
+      }] } : {}), ...((opts && opts.hooks) || {}) },
+      ...(opts && opts.bands ? { bands: opts.bands } : {}),  // filled areas between two series (a group's spread)
     };
     const data = [[], ...series.map(() => [])];
     const plot = new uPlot(config, data, el);
@@ -109,6 +110,16 @@ window.TG = (() => {
     };
   }
 
-  return { readJSON, url, smooth, downsampleIndices, chart, palette, throttle, scientific, si, siValues, duration,
+  // A view's state in the page's address (so a copied link opens the same view): read once, written on change.
+  const viewParams = () => new URLSearchParams(location.search);
+  function setViewParams(values) {
+    const params = viewParams();
+    for (const [k, v] of Object.entries(values)) {
+      if (v == null || v === "" || v === false) params.delete(k); else params.set(k, v === true ? "1" : String(v));
+    }
+    history.replaceState(null, "", `${location.pathname}?${params.toString().replace(/%2C/g, ",")}`);
+  }
+
+  return { readJSON, url, smooth, viewParams, setViewParams, downsampleIndices, chart, palette, throttle, scientific, si, siValues, duration,
     durationValues, xAxisFor };
 })();

@@ -133,6 +133,7 @@ function setupRunPage() {
     state.loaded = true;
     updateProgress();
     showOverfit(h.overfit);
+    if (linkedZoom.length === 2 && !state.zoom) await zoomSteps(linkedZoom[0], linkedZoom[1]);
     redraw();
     listen(new EventSource(TG.url(`/api/runs/${run.id}/events?`) + new URLSearchParams({ after, history: h.last_event_id })));
   }
@@ -226,17 +227,30 @@ function setupRunPage() {
   async function zoomTo(x0, x1) {
     const xKey = $("x-axis").value;
     const inside = state.rows.filter((r) => r[xKey] >= x0 && r[xKey] <= x1);
-    if (!inside.length) return;
-    let rows = inside;
-    if (state.downsampled) {
-      const h = await readHistory({ from_step: inside[0].step, to_step: inside[inside.length - 1].step });
-      rows = h.rows;
-    }
+    if (inside.length) await zoomSteps(inside[0].step, inside[inside.length - 1].step);
+  }
+  async function zoomSteps(from, to) {
+    let rows = state.rows.filter((r) => r.step >= from && r.step <= to);
+    if (state.downsampled) rows = (await readHistory({ from_step: from, to_step: to })).rows;
+    if (!rows.length) return;
     state.zoom = { from: rows[0].step, to: rows[rows.length - 1].step, rows };
     $("zoom-reset").hidden = false;
+    rememberView();
     redraw();
   }
-  $("zoom-reset").addEventListener("click", () => { state.zoom = null; $("zoom-reset").hidden = true; redraw(); });
+  $("zoom-reset").addEventListener("click", () => { state.zoom = null; $("zoom-reset").hidden = true; rememberView(); redraw(); });
+
+  // -- the view in the address (x-axis, log scale, smoothing, zoomed steps): a copied link opens the same view --
+  const view = TG.viewParams();
+  if (view.get("x")) $("x-axis").value = view.get("x");
+  $("log-scale").checked = view.get("log") === "1";
+  if (view.get("smooth")) { $("smoothing").value = view.get("smooth"); $("smoothing-value").textContent = $("smoothing").value; }
+  const linkedZoom = (view.get("zoom") || "").split(",").filter(Boolean).map(Number);  // applied once the history is in
+  function rememberView() {
+    TG.setViewParams({ x: $("x-axis").value === "step" ? null : $("x-axis").value, log: $("log-scale").checked,
+                       smooth: +$("smoothing").value ? $("smoothing").value : null,
+                       zoom: state.zoom ? `${state.zoom.from},${state.zoom.to}` : null });
+  }
 
   // -- controls ---------------------------------------------------------------------------
   if (window.Notification && Notification.permission !== "denied") {
@@ -244,9 +258,9 @@ function setupRunPage() {
     button.hidden = Notification.permission === "granted";
     button.addEventListener("click", async () => { button.hidden = (await Notification.requestPermission()) === "granted"; });
   }
-  $("x-axis").addEventListener("change", buildCharts);
-  $("log-scale").addEventListener("change", buildCharts);
-  $("smoothing").addEventListener("input", () => { $("smoothing-value").textContent = $("smoothing").value; redraw(); });
+  $("x-axis").addEventListener("change", () => { rememberView(); buildCharts(); });
+  $("log-scale").addEventListener("change", () => { rememberView(); buildCharts(); });
+  $("smoothing").addEventListener("input", () => { $("smoothing-value").textContent = $("smoothing").value; rememberView(); redraw(); });
   $("cancel-btn").addEventListener("click", async () => {
     const r = await fetch(TG.url(`/api/runs/${run.id}/cancel`), { method: "POST" });
     if (!r.ok) alert((await r.json()).detail);
