@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from app.services.group_stats import verdict, welch
+from tinygpt.presets import model_config
 
 from .browser import needs_chromium, open_page, shot
 from .conftest import IMPORTED_RUN
@@ -49,6 +50,13 @@ def test_runs_grouped_by_device_carry_each_groups_spread_and_the_difference(two_
     assert grouped["verdict"].startswith("cuda - cpu best validation loss: -0.010 +/- ") and \
         grouped["verdict"].endswith(" (2 and 3 runs): within seed noise")
     assert grouped["groups"][0]["figures"]["target_sec"] is None  # no run has a target: no figure, not zero
+    # each group's curve at the evaluation steps its runs share (0 and 10), its x-axes and band edges
+    curve = grouped["groups"][0]["curve"]
+    per_token = model_config("tiny").training_flops_per_token
+    assert (curve["step"], curve["tokens_seen"]) == ([0, 10], [0, 1000])
+    assert curve["flops"] == [0, 1000 * per_token]
+    assert curve["val_mean"][1] == pytest.approx(3.77) and (curve["min"][1], curve["max"][1]) == (3.76, 3.78)
+    assert (curve["std_low"][1], curve["std_high"][1]) == (pytest.approx(3.76), pytest.approx(3.78))
 
 
 def test_grouping_by_an_option_every_run_shares_gives_one_group_and_no_difference(two_devices):
@@ -115,6 +123,9 @@ def test_the_grouped_compare_page_in_chromium(start_service, browser):
                       "device cuda val mean (3 runs)", "device cuda max", "device cuda min"]
     assert page.evaluate("document.getElementById('compare-chart').uplot.bands.length") == 2
     page.select_option("#band", "std")
+    page.select_option("#x-axis", "flops")  # training FLOPs: tokens seen x the model's FLOPs per token
+    assert page.evaluate("document.getElementById('compare-chart').uplot.data[0].at(-1)") == \
+        1000 * model_config("tiny").training_flops_per_token
     page.select_option("#x-axis", "tokens_seen")
     page.locator(".u-legend .u-series", has_text="device cpu val mean").click()  # hides the cpu mean
     box = page.locator("#compare-chart .u-over").bounding_box()

@@ -85,6 +85,17 @@ class GPTConfig:
         head = self.vocab_size * d if self.untied_head else 0
         return self.vocab_size * d + positions + self.n_layers * block + norm + head
 
+    @property
+    def training_flops_per_token(self) -> int:
+        """Floating-point operations to train on one token (forward and backward): 6 per parameter, plus the
+        attention's 12 x layers x width x context (nanoGPT's and PaLM's estimate). The compare page's FLOPs
+        axis is tokens seen times this.
+
+        >>> GPTConfig().training_flops_per_token  # 6 x 5,781,504 + 12 x 6 x 256 x 256
+        39407616
+        """
+        return 6 * self.num_params + 12 * self.n_layers * self.d_model * self.context
+
     def to_dict(self) -> dict:
         return asdict(self)
 

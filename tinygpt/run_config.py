@@ -227,3 +227,14 @@ MODEL_OVERRIDES = ("vocab_size", "dropout", "attn_dropout", "d_model", "n_layers
 
 #: Every run option, in declaration order: name -> :class:`tinygpt.options.Option`.
 OPTIONS = options_of(TrainConfig)
+
+
+def stored_model_config(options: dict) -> GPTConfig:
+    """The model of a run's stored options (a dashboard run's config, config.json's ``train``), whatever else
+    they hold: the preset in its architecture with the model options set. ValueError for sizes that do not fit.
+
+    >>> stored_model_config({"preset": "tiny", "d_model": 128, "dataset": "holmes"}).d_model
+    128
+    """
+    overrides = {name: options[name] for name in MODEL_OVERRIDES if options.get(name) is not None}
+    return model_config(options.get("preset") or TrainConfig.preset, options.get("arch"), **overrides)

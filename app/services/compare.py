@@ -10,6 +10,7 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from tinygpt.options import option_value_text, unknown_name_message
+from tinygpt.run_config import stored_model_config
 
 from ..errors import Invalid
 from ..models import MAX_INT64, Metric, MetricPublic, Run, RunPublic
@@ -57,7 +58,17 @@ def run_figures(session: Session, run: Run, evals: list[MetricPublic]) -> dict:
         "best_val_bpb": public.best_val_bpb,
         "target_val_loss": run.target_val_loss,
         "time_to_target": public.time_to_target.model_dump() if public.time_to_target else None,
+        "flops_per_token": flops_per_token(run),
     }
+
+
+def flops_per_token(run: Run) -> int | None:
+    """Training FLOPs per token of the run's model (the FLOPs x-axis: tokens seen times this); None for options
+    this version cannot build a model from (an imported run's)."""
+    try:
+        return stored_model_config(run.config).training_flops_per_token
+    except (ValueError, TypeError):
+        return None
 
 
 def target_ratios(summaries: list[dict]) -> None:
@@ -77,12 +88,13 @@ def run_options(run: Run) -> dict:
     return shown_config(run.config) | {"device": run.requested_device, "group": run.group_id}
 
 
-def group_curve(members: list[list[MetricPublic]]) -> dict:
+def group_curve(members: list[list[MetricPublic]], flops: list[int | None]) -> dict:
     """A group's validation curve at the evaluation steps all its runs share: the mean loss and its bands (min to
-    max, mean +/- one standard deviation), with the mean tokens seen and training seconds there (the x-axes)."""
+    max, mean +/- one standard deviation), with the mean tokens seen, training seconds and training FLOPs there
+    (the x-axes; FLOPs None when a run's model is unknown)."""
     by_step = [{m.step: m for m in evals} for evals in members]
     steps = sorted(set.intersection(*(set(b) for b in by_step))) if by_step else []
-    curve: dict[str, list] = {k: [] for k in ("step", "tokens_seen", "elapsed_sec", "val_mean", "min", "max",
+    curve: dict[str, list] = {k: [] for k in ("step", "tokens_seen", "elapsed_sec", "flops", "val_mean", "min", "max",
                                               "std_low", "std_high")}
     for step in steps:
         rows = [b[step] for b in by_step]
@@ -93,6 +105,9 @@ def group_curve(members: list[list[MetricPublic]]) -> dict:
         curve["step"].append(step)
         curve["tokens_seen"].append(sum(r.tokens_seen for r in rows) / len(rows))
         curve["elapsed_sec"].append(sum(r.elapsed_sec for r in rows) / len(rows))
+        known = None not in flops
+        curve["flops"].append(sum(r.tokens_seen * f for r, f in zip(rows, flops, strict=True)) / len(rows)
+                              if known else None)
         values = [r.val_loss for r in rows if r.val_loss is not None]
         curve["val_mean"].append(spread.mean)
         curve["min"].append(min(values))
@@ -115,7 +130,8 @@ def group_runs(runs: list[Run], summaries: list[dict], group_by: str,
         groups.setdefault(option_value_text(run_options(run).get(group_by)), []).append(summary)
     out = [{"label": f"{group_by} {value}", "value": value, "run_ids": [s["id"] for s in members],
             "figures": {name: spread_of(members, name) for name in GROUP_FIGURES},
-            "curve": group_curve([evals[s["id"]] for s in members]) if evals is not None else None}
+            "curve": group_curve([evals[s["id"]] for s in members], [s["flops_per_token"] for s in members])
+            if evals is not None else None}
            for value, members in groups.items()]
     result: dict = {"group_by": group_by, "groups": out, "difference": None, "verdict": None}
     if len(out) == 2:

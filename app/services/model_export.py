@@ -12,8 +12,7 @@ from pathlib import Path
 
 from tinygpt.export import export
 from tinygpt.export.families import ExportError, family_of
-from tinygpt.presets import model_config
-from tinygpt.run_config import MODEL_OVERRIDES, TrainConfig
+from tinygpt.run_config import stored_model_config
 
 from ..errors import Invalid
 from ..models.exports import ExportQuery
@@ -46,9 +45,8 @@ def exported_file(*, run_id: int, checkpoint: Path, query: ExportQuery) -> Path:
 
 def refusal(options: dict) -> str | None:
     """Why a run of these options cannot be exported (no stock class holds its architecture), or None."""
-    overrides = {name: options[name] for name in MODEL_OVERRIDES if options.get(name) is not None}
     try:
-        family_of(model_config(options.get("preset") or TrainConfig.preset, options.get("arch"), **overrides))
+        family_of(stored_model_config(options))
     except ExportError as exc:
         return str(exc)
     except ValueError:  # options this version cannot read (an imported run's): the export itself will say

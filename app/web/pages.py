@@ -340,6 +340,8 @@ def compare_page(request: Request, session: SessionDep, ids: Annotated[list[str]
                 history = metric_columns(session, run_id=summary["id"], max_points=COMPARE_POINTS)["columns"]
                 summary["history"] = {k: history[k] for k in ("step", "train_loss", "val_loss", "tokens_seen",
                                                               "elapsed_sec")}
+                per_token = summary["flops_per_token"]  # the FLOPs axis: training FLOPs so far
+                summary["history"]["flops"] = [t * per_token if per_token else None for t in history["tokens_seen"]]
         except AppError as exc:
             error = exc.message
     return render(request, "compare.html", nav="compare", result=result, error=error, ids_text=",".join(map(str, run_ids)),
