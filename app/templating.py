@@ -14,6 +14,8 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
+from markdown_it import MarkdownIt
+from markupsafe import Markup
 
 from tinygpt.options import option_value_text
 from tinygpt.records import duration_text
@@ -83,10 +85,36 @@ def difference_text(d: dict | None, figure: str) -> str:
     return f"{shown} ± {figure_text(d['half_width'], figure)} ({noise})"
 
 
+#: Notes in CommonMark with tables; raw HTML is shown as text and links with unsafe schemes (javascript:,
+#: vbscript:, file:) are not made links: nothing a note holds runs in the page.
+MARKDOWN = MarkdownIt("commonmark", {"html": False}).enable("table")
+
+
+def markdown_html(text: str | None) -> Markup:
+    """A note as safe HTML.
+
+    >>> str(markdown_html("**bold** <script>alert(1)</script>"))
+    '<p><strong>bold</strong> &lt;script&gt;alert(1)&lt;/script&gt;</p>\\n'
+    """
+    return Markup(MARKDOWN.render(text or ""))
+
+
+def excerpt_text(text: str | None, length: int = 100) -> str:
+    """The first line of a note with words, for a list (Markdown marks left as typed).
+
+    >>> excerpt_text("\\n# Seed noise\\nthree seeds")
+    '# Seed noise'
+    """
+    line = next((line.strip() for line in (text or "").splitlines() if line.strip()), "")
+    return line if len(line) <= length else line[: length - 1] + "…"
+
+
 templates = Jinja2Templates(directory=ROOT / "templates", context_processors=[page_context])
 templates.env.globals["fmt"] = lambda v: "–" if v is None else f"{v:.4f}"
 templates.env.filters["duration"] = duration_text  # seconds as "1 h 51 min" (the library's words)
 templates.env.filters["ratio"] = ratio_text
+templates.env.filters["markdown"] = markdown_html
+templates.env.filters["excerpt"] = excerpt_text
 templates.env.filters["spread"] = spread_text
 templates.env.filters["difference"] = difference_text
 templates.env.filters["option_value"] = option_value_text  # the library's words for an option's value

@@ -19,7 +19,7 @@ from ..models import MAX_INT64, Metric
 from ..settings import Settings
 from .runs import get_run
 
-RUN_COLUMNS = ["run_id", "name", "device", "precision", "target_val_loss", "target_step", "target_sec"]
+RUN_COLUMNS = ["run_id", "name", "notes", "device", "precision", "target_val_loss", "target_step", "target_sec"]
 ROW_COLUMNS = ["step", "train_loss", "val_loss", "lr", "tokens_per_sec", "tokens_seen", "elapsed_sec", "val_loss_full"]
 EXPORT_COLUMNS = RUN_COLUMNS + ROW_COLUMNS + ["val_bpb"]  # val_bpb: val_loss in bits per byte of text
 EXPORT_FORMATS = ("csv", "jsonl")
@@ -47,8 +47,8 @@ def export_runs(session: Session, *, ids: list[int]) -> list[tuple[dict, float |
     """Each run's columns of the table and its validation bytes per token (404 for an unknown run, before
     anything is streamed)."""
     runs = [get_run(session, run_id=i) for i in ids]
-    return [({"run_id": r.id, "name": r.name, "device": r.device or r.requested_device, "precision": r.precision,
-              "target_val_loss": r.target_val_loss, "target_step": r.target_step, "target_sec": r.target_sec},
+    return [({"run_id": r.id, "name": r.name, "notes": r.notes, "device": r.device or r.requested_device,
+              "precision": r.precision, "target_val_loss": r.target_val_loss, "target_step": r.target_step, "target_sec": r.target_sec},
              r.val_bytes_per_token) for r in runs]
 
 

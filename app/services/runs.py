@@ -64,16 +64,18 @@ def list_runs(
     tag: str | None = None,
     group: str | None = None,
     worker: str | None = None,
+    text: str | None = None,
     stalled: bool = False,
     sort: RunSort = RunSort.newest,
     offset: int = 0,
     limit: int = 50,
 ) -> RunsPage:
-    """One page of runs in ``sort``'s order; ``worker`` matches a worker's name or its host; ``stalled``: only
-    the running runs that are stalled."""
+    """One page of runs in ``sort``'s order; ``worker`` matches a worker's name or its host; ``text`` is found
+    in a run's name or notes (any case); ``stalled``: only the running runs that are stalled."""
     stmt = runs_query(status=bool(status), device=bool(device), group=bool(group), worker=bool(worker),
-                      stalled=stalled, sort=sort)
-    params = {"status": status, "device": device, "group": group, "worker": worker, "offset": offset, "limit": limit}
+                      text=bool(text), stalled=stalled, sort=sort)
+    params = {"status": status, "device": device, "group": group, "worker": worker, "offset": offset, "limit": limit,
+              "text": like_pattern(text) if text else None}
     if tag:  # tags are a JSON list: filtered here, portable across SQLite and PostgreSQL
         runs = [r for r in session.exec(stmt, params=params) if tag in (r.tags or [])]
         total, page = len(runs), runs[offset : offset + limit]
@@ -83,11 +85,20 @@ def list_runs(
     return RunsPage(items=[RunPublic.of(r) for r in page], total=total, offset=offset, limit=limit)
 
 
+def like_pattern(text: str) -> str:
+    """``text`` anywhere, taken literally (LIKE's ``%`` and ``_`` escaped with ``\\``).
+
+    >>> print(like_pattern("50%_lr"))
+    %50\\%\\_lr%
+    """
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
 @lru_cache
-def runs_query(*, status: bool, device: bool, group: bool, worker: bool, stalled: bool = False,
+def runs_query(*, status: bool, device: bool, group: bool, worker: bool, text: bool = False, stalled: bool = False,
                sort: RunSort = RunSort.newest) -> Select:
     """Runs in ``sort``'s order (ties: newest first), with the filters asked for as parameters (``status``,
-    ``device``, ``group``, ``worker``) and ``stalled`` (no parameter)."""
+    ``device``, ``group``, ``worker``, ``text``) and ``stalled`` (no parameter)."""
     stmt = select(Run)
     if stalled:
         stmt = stmt.where(col(Run.stalled_at).is_not(None))
@@ -99,6 +110,9 @@ def runs_query(*, status: bool, device: bool, group: bool, worker: bool, stalled
         stmt = stmt.where(Run.group_id == bindparam("group"))
     if worker:
         stmt = stmt.where((Run.worker == bindparam("worker")) | (Run.worker_host == bindparam("worker")))
+    if text:
+        stmt = stmt.where(col(Run.name).ilike(bindparam("text"), escape="\\")
+                          | col(Run.notes).ilike(bindparam("text"), escape="\\"))
     figure = {RunSort.best_val_loss: Run.best_val_loss, RunSort.time_to_target: Run.target_sec}.get(sort)
     first = [col(figure).is_(None), col(figure).asc()] if figure is not None else []  # runs without it last
     return stmt.order_by(*first, col(Run.id).desc())

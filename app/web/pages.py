@@ -27,6 +27,7 @@ from ..models import (
     RunPublic,
     RunSort,
     RunStatus,
+    RunUpdate,
 )
 from ..redaction import shown_config
 from ..security import may_query_model
@@ -96,7 +97,8 @@ def runs_context(session: SessionDep, filters: RunFilters) -> dict:
     status_enum = RunStatus(filters.status) if filters.status in RunStatus.__members__ else None
     offset = (filters.page - 1) * RUNS_PER_PAGE
     page = svc.list_runs(session, status=status_enum, device=filters.device or None, tag=filters.tag or None,
-                         worker=filters.worker or None, stalled=filters.status == STALLED, sort=filters.sort,
+                         worker=filters.worker or None, text=filters.q or None, stalled=filters.status == STALLED,
+                         sort=filters.sort,
                          offset=offset, limit=RUNS_PER_PAGE)
     return {
         "runs": page.items,
@@ -118,6 +120,7 @@ class RunFilters(BaseModel):
     device: str | None = Field(default=None, max_length=50)
     tag: str | None = Field(default=None, max_length=50)
     worker: str | None = Field(default=None, max_length=200)
+    q: str | None = Field(default=None, max_length=200, description="text in a run's name or notes")
     sort: RunSort = RunSort.newest
     page: int = Field(default=1, ge=1, le=10**9)
 
@@ -237,6 +240,18 @@ def run_page(run_id: RunId, request: Request, session: SessionDep) -> Response:
                   can_query_model=may_query_model(request), export_refusal=model_export.refusal(run.config),
                   target_waiting=unreached_line(run.target_val_loss, finished=run.status in FINISHED)
                   if run.target_val_loss else None)
+
+
+@router.post("/partials/runs/{run_id}/notes", response_class=HTMLResponse)
+async def save_notes(run_id: RunId, request: Request, session: SessionDep) -> HTMLResponse:
+    """The run page's notes, saved as one stops typing (htmx): the rendered Markdown comes back."""
+    notes = str((await request.form()).get("notes", ""))
+    try:
+        update = RunUpdate(notes=notes)
+    except ValidationError as exc:
+        raise Invalid(exc.errors()[0]["msg"], field="notes") from None
+    run = await run_in_threadpool(lambda: svc.update_run(session, run_id=run_id, body=update))
+    return render(request, "_run_notes.html", notes=run.notes, saved=True)
 
 
 @router.post("/partials/runs/{run_id}/repeat", response_class=HTMLResponse)
