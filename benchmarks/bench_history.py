@@ -40,7 +40,7 @@ def settings_for(home: Home):  # noqa: ANN201
     return Settings(home=home.path)
 
 
-def add_run(home: Home, rows: int, *, name: str) -> int:
+def add_run(home: Home, rows: int, *, name: str, options: dict | None = None) -> int:
     """A finished run with ``rows`` metrics rows and their events, in bulk; then the outbox compacted."""
     from sqlalchemy import insert
 
@@ -53,7 +53,8 @@ def add_run(home: Home, rows: int, *, name: str) -> int:
     settings = settings_for(home)
     init_db(settings)
     with session_scope(settings) as s:
-        run = Run(name=name, status=RunStatus.running, config={"preset": "holmes", "steps": rows, "eval_every": 500},
+        run = Run(name=name, status=RunStatus.running,
+                  config={"preset": "holmes", "steps": rows, "eval_every": 500, **(options or {})},
                   device="cuda:0", precision="bf16", last_step=rows - 1)
         s.add(run)
         s.flush()
@@ -151,6 +152,16 @@ def run(sizes: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000)) -> dict:
                 out["compare_5x100k"] = both(browser, warm, f"{app.url}/compare?ids={ids}",
                                              "document.querySelector('#compare-chart canvas')")
                 out["compare_5x100k_api_s"] = round(api_seconds(f"{app.url}/api/compare", ids=ids), 3)
+                # 5 groups x 3 runs (issue 29): 15 runs of 100,000 rows, grouped by their learning rate
+                grouped = [add_run(home, 100_000, name=f"group {g} run {k}", options={"lr": 1e-3 * (g + 1), "seed": k})
+                           for g in range(5) for k in range(3)]
+                query = f"ids={','.join(map(str, grouped))}&group_by=lr"
+                out["compare_groups_5x3x100k"] = both(
+                    browser, warm, f"{app.url}/compare?{query}",
+                    "document.querySelector('#compare-chart canvas') && document.getElementById('group-verdict') === null"
+                    " && document.querySelectorAll('#groups-table thead th').length === 6")
+                out["compare_groups_5x3x100k_api_s"] = round(api_seconds(
+                    f"{app.url}/api/compare", ids=",".join(map(str, grouped)), group_by="lr"), 3)
                 add_runs(home, 10_000)
                 out["run_list_10k_runs"] = both(browser, warm, f"{app.url}/",
                                                 "document.querySelectorAll('#runs-table tbody tr').length >= 50")

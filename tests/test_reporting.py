@@ -374,7 +374,8 @@ def test_import_the_recorded_runs_and_export_them(dashboard):
             run, rows = c.get(f"/api/runs/{run_id}").json(), api_rows(c, run_id)
             mine = [r for r in lines if r["run_id"] == run_id]
             target = run["time_to_target"] or {}
-            assert mine == [{"run_id": run_id, "name": run["name"], "device": run["device"], "precision": run["precision"],
+            assert mine == [{"run_id": run_id, "name": run["name"], "notes": run["notes"], "device": run["device"],
+                             "precision": run["precision"],
                              "target_val_loss": run["target_val_loss"], "target_step": target.get("step"),
                              "target_sec": target.get("seconds"),
                              **{k: r[k] for k in ("step", "train_loss", "val_loss", "lr", "tokens_per_sec", "tokens_seen",
