@@ -44,6 +44,10 @@ SWEEP_METRICS = {  # the objective, always minimised
 }
 PARAMETER_DISTRIBUTIONS = ("categorical", "constant", "uniform", "int_uniform", "log_uniform_values", "q_uniform")
 EARLY_TERMINATE = ("hyperband", "median")
+#: Keys of a W&B sweep configuration that have no meaning here, refused with what they are for in W&B.
+WANDB_ONLY = {"program": "the script its agent runs", "command": "how its agent calls that script",
+              "project": "the W&B project the runs go to", "entity": "the W&B team or user",
+              "controller": "where W&B runs the sweep's controller"}
 
 
 class SweepMetric(InputModel):
@@ -65,8 +69,8 @@ class SweepParameter(InputModel):
 
     value: Any = None
     values: list[Any] | None = Field(default=None, min_length=1, max_length=100)
-    min: float | None = None
-    max: float | None = None
+    min: int | float | None = None  # ints stay ints (int_uniform's bounds)
+    max: int | float | None = None
     distribution: str | None = Field(default=None, description=", ".join(PARAMETER_DISTRIBUTIONS))
     q: float | None = Field(default=None, gt=0)
 
@@ -87,18 +91,57 @@ class SweepParameter(InputModel):
 
 
 class SweepEarlyTerminate(InputModel):
-    """Stop hopeless trials early; iterations are evaluations (``eval_every`` steps each)."""
+    """Stop hopeless trials early; iterations are evaluations (``eval_every`` steps each). W&B's two forms:
+    ``min_iter`` (bands at min_iter x eta^k), or ``max_iter`` with ``s`` (bands at max_iter / eta, / eta², ... s
+    of them, each at least 1), whose lowest band is the min_iter stored.
+
+    >>> SweepEarlyTerminate(type="hyperband", max_iter=27, s=2, eta=3).min_iter
+    3
+    """
 
     type: Annotated[str, one_of("early_terminate type", EARLY_TERMINATE)] = Field(description="hyperband (W&B's meaning: asynchronous successive halving, Optuna's "
                                   "SuccessiveHalvingPruner) or median (MedianPruner)")
-    min_iter: int = Field(default=1, ge=1, le=10_000, description="evaluations every trial gets before it may be pruned")
+    min_iter: int | None = Field(default=None, ge=1, le=10_000, description="evaluations every trial gets before it "
+                                 "may be pruned (default 1, or derived from max_iter and s)")
+    max_iter: int | None = Field(default=None, ge=1, le=100_000, description="W&B's other form: the highest band")
+    s: int = Field(default=0, ge=0, le=20, description="with max_iter: how many bands below it (W&B's s)")
     eta: int = Field(default=3, ge=2, le=10, description="hyperband's reduction factor")
+
+    @model_validator(mode="after")
+    def _lowest_band(self) -> SweepEarlyTerminate:
+        if self.max_iter is None:
+            self.min_iter = self.min_iter or 1
+            return self
+        bands, band = [], float(self.max_iter)
+        for _ in range(self.s):  # W&B's bands: max_iter / eta^k, k = 1..s, while at least 1
+            band /= self.eta
+            if band < 1:
+                break
+            bands.append(int(band))
+        if not bands:
+            raise ValueError(f"max_iter {self.max_iter} with s {self.s} and eta {self.eta} makes no band: give s of 1 "
+                             "or more (W&B's default 0 makes none), a smaller eta, or min_iter")
+        if self.min_iter is not None and self.min_iter != min(bands):  # a stored config holds both, the same
+            raise ValueError(f"min_iter {self.min_iter} is not the lowest band of max_iter {self.max_iter} with s "
+                             f"{self.s} and eta {self.eta} ({min(bands)}): give one form")
+        self.min_iter = min(bands)
+        return self
 
 
 
 class SweepCreate(InputModel):
     """POST /api/sweeps: a W&B sweep configuration (method, metric, parameters, early_terminate,
     run_cap) plus ``base`` (the run options every trial starts from), ``parallel`` and labels."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_wandb_only_keys(cls, data: Any) -> Any:
+        given = [key for key in WANDB_ONLY if isinstance(data, dict) and key in data]
+        if given:
+            raise ValueError("; ".join(f"{key} is W&B's ({WANDB_ONLY[key]})" for key in given) + ": a sweep here "
+                             "trains the run options of base and parameters; leave " +
+                             ("it" if len(given) == 1 else "them") + " out")
+        return data
 
     method: Annotated[str, one_of("method", SWEEP_METHODS)] = Field(description="grid, random or bayes (TPE)")
     metric: SweepMetric = Field(default_factory=SweepMetric)
