@@ -40,7 +40,7 @@ from .services.sampling import ModelCache
 from .settings import Settings, get_settings
 from .static_files import STATIC, CachedStaticFiles
 from .templating import render
-from .web import login, pages, sweep_pages
+from .web import login, notes, pages, sweep_pages
 
 
 def create_app(settings: Settings | None = None, host: str | None = None) -> FastAPI:
@@ -112,7 +112,8 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
         return await http_exception_handler(request, exc)
 
     for router in (reports.router, runs.router, export.router, events.router, benchmarks.router, sweeps.router,
-                   catalog.router, catalog.health_router, pages.router, sweep_pages.router, login.router, api_docs.router):
+                   catalog.router, catalog.health_router, pages.router, sweep_pages.router, notes.router, login.router,
+                   api_docs.router):
         app.include_router(router)  # reports before runs: /api/runs/reported is not a run id
     app.mount("/static", CachedStaticFiles(directory=STATIC), name="static")
     return app

@@ -53,7 +53,8 @@ OPERATIONS = [
     "GET /api/benchmarks/{run_id}", "GET /api/presets", "GET /api/devices", "GET /api/datasets",
     "POST /api/datasets", "GET /api/compare", "GET /api/model-size", "GET /healthz", "GET /api/options",
     "GET /api/recipes",
-    "POST /api/sweeps", "GET /api/sweeps", "GET /api/sweeps/{sweep_id}", "POST /api/sweeps/{sweep_id}/cancel",
+    "POST /api/sweeps", "GET /api/sweeps", "GET /api/sweeps/{sweep_id}", "PATCH /api/sweeps/{sweep_id}",
+    "POST /api/sweeps/{sweep_id}/cancel",
     "DELETE /api/sweeps/{sweep_id}", "POST /api/runs/reported", "POST /api/runs/{run_id}/report",
     "PUT /api/runs/{run_id}/checkpoint", "POST /api/runs/import", "GET /api/export",
 ]

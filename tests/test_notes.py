@@ -91,3 +91,24 @@ def test_a_note_typed_on_the_page_is_saved_and_a_script_in_it_stays_text(start_s
     assert httpx.get(f"{app.url}/api/runs/{run['id']}", timeout=30).json()["notes"] == NOTE
     page.context.close()
     assert page.js_errors == [], page.js_errors
+
+
+SWEEP = {"method": "grid", "parameters": {"lr": {"values": [0.01]}},
+         "base": {"preset": "tiny", "device": "cpu", "steps": 2, "eval_every": 2, "batch_size": 4},
+         "description": "Does **lr** matter at 2 steps?"}
+
+
+def test_a_sweeps_description_starts_its_notes_which_its_page_edits(make_app):
+    client = make_app()
+    sweep = client.post("/api/sweeps", json=SWEEP).json()
+    assert sweep["notes"] == "Does **lr** matter at 2 steps?"
+    page = client.get(f"/sweeps/{sweep['id']}").text
+    assert "Does <strong>lr</strong> matter at 2 steps?" in page
+    saved = client.post(f"/partials/sweeps/{sweep['id']}/notes", data={"notes": "no: <b>too short</b>"},
+                        headers={"HX-Request": "true"})
+    assert saved.status_code == 200 and "no: &lt;b&gt;too short&lt;/b&gt;" in saved.text
+    assert client.get(f"/api/sweeps/{sweep['id']}").json()["notes"] == "no: <b>too short</b>"
+    patched = client.patch(f"/api/sweeps/{sweep['id']}", json={"notes": "# done"})
+    assert patched.status_code == 200 and patched.json()["notes"] == "# done"
+    assert client.patch(f"/api/sweeps/{sweep['id']}", json={"note": "x"}).json()["detail"][0]["msg"] == \
+        "unknown field 'note': did you mean 'notes'?"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from ..deps import SessionDep, SettingsDep, SweepId
-from ..models import SweepCreate, SweepDetail, SweepPublic
+from ..models import SweepCreate, SweepDetail, SweepPublic, SweepUpdate
 from ..services import sweeps as svc
 
 router = APIRouter(prefix="/api/sweeps", tags=["sweeps"])
@@ -28,6 +28,13 @@ def list_sweeps(session: SessionDep) -> list[SweepPublic]:
 def get_sweep(sweep_id: SweepId, session: SessionDep, settings: SettingsDep) -> SweepDetail:
     """Config, status, trials (options, status, step reached, objective), the best trial and, once enough
     trials have finished, each searched option's importance (fANOVA)."""
+    return svc.sweep_detail(session, sweep_id=sweep_id, settings=settings)
+
+
+@router.patch("/{sweep_id}", response_model=SweepDetail)
+def update_sweep(sweep_id: SweepId, body: SweepUpdate, session: SessionDep, settings: SettingsDep) -> SweepDetail:
+    """The sweep's notes (Markdown; a W&B config's ``description`` starts them)."""
+    svc.update_sweep(session, sweep_id=sweep_id, body=body)
     return svc.sweep_detail(session, sweep_id=sweep_id, settings=settings)
 
 

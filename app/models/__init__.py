@@ -76,6 +76,7 @@ from .sweeps import (
     SweepParameter,
     SweepPublic,
     SweepStatus,
+    SweepUpdate,
     TrialPublic,
 )
 from .workers import WorkerRecord
@@ -120,6 +121,7 @@ __all__ = [
     "SweepCreate",
     "Sweep",
     "SweepPublic",
+    "SweepUpdate",
     "TrialPublic",
     "SweepDetail",
     "WorkerRecord",

@@ -171,6 +171,7 @@ class Sweep(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
     finished_at: datetime | None = None
     filled_at: datetime = Field(default_factory=utcnow)  # written to take the sweep's lock before adding trials
+    notes: str = Field(default="", sa_column_kwargs={"server_default": ""})  # Markdown; a W&B description starts it
 
 
 class SweepPublic(SQLModel):
@@ -184,6 +185,13 @@ class SweepPublic(SQLModel):
     finished_at: datetime | None
     counts: dict[str, int]  # trials by status
     disk_bytes: int
+    notes: str
+
+
+class SweepUpdate(InputModel):
+    """PATCH /api/sweeps/{id}."""
+
+    notes: str | None = Field(default=None, max_length=20_000)
 
 
 class TrialPublic(SQLModel):

@@ -34,6 +34,7 @@ from ..models import (
     SweepDetail,
     SweepPublic,
     SweepStatus,
+    SweepUpdate,
     TrialPublic,
     utcnow,
 )
@@ -161,13 +162,23 @@ def create_sweep(session: Session, *, body: SweepCreate, settings: Settings) -> 
     # the options given (checked), not their defaults: a trial's own recipe (a swept ``recipe``) fills the rest
     config["base"] = base.model_dump(mode="json", exclude_unset=True, exclude={"name", "tags"})
     sweep = Sweep(name=body.name or f"{body.method} sweep of {', '.join(body.parameters)}", config=config,
-                  tags=body.tags, trials_planned=studies.trials_planned(config))
+                  tags=body.tags, trials_planned=studies.trials_planned(config), notes=body.description or "")
     session.add(sweep)
     session.flush()
     studies.create(settings, sweep.id)  # before the sweep is seen running: a worker settles what it sees
     session.commit()
     session.refresh(sweep)
     settle_sweep(session, sweep_id=sweep.id, settings=settings)
+    session.refresh(sweep)
+    return sweep
+
+
+def update_sweep(session: Session, *, sweep_id: int, body: SweepUpdate) -> Sweep:
+    sweep = get_sweep(session, sweep_id=sweep_id)
+    for key, value in body.model_dump(exclude_unset=True, exclude_none=True).items():
+        setattr(sweep, key, value)
+    session.add(sweep)
+    session.commit()
     session.refresh(sweep)
     return sweep
 

@@ -27,7 +27,6 @@ from ..models import (
     RunPublic,
     RunSort,
     RunStatus,
-    RunUpdate,
 )
 from ..redaction import shown_config
 from ..security import may_query_model
@@ -240,18 +239,6 @@ def run_page(run_id: RunId, request: Request, session: SessionDep) -> Response:
                   can_query_model=may_query_model(request), export_refusal=model_export.refusal(run.config),
                   target_waiting=unreached_line(run.target_val_loss, finished=run.status in FINISHED)
                   if run.target_val_loss else None)
-
-
-@router.post("/partials/runs/{run_id}/notes", response_class=HTMLResponse)
-async def save_notes(run_id: RunId, request: Request, session: SessionDep) -> HTMLResponse:
-    """The run page's notes, saved as one stops typing (htmx): the rendered Markdown comes back."""
-    notes = str((await request.form()).get("notes", ""))
-    try:
-        update = RunUpdate(notes=notes)
-    except ValidationError as exc:
-        raise Invalid(exc.errors()[0]["msg"], field="notes") from None
-    run = await run_in_threadpool(lambda: svc.update_run(session, run_id=run_id, body=update))
-    return render(request, "_run_notes.html", notes=run.notes, saved=True)
 
 
 @router.post("/partials/runs/{run_id}/repeat", response_class=HTMLResponse)
