@@ -151,3 +151,17 @@ def test_the_grouped_compare_page_in_chromium(start_service, browser):
     for p in (page, again):
         p.context.close()
         assert p.js_errors == [], p.js_errors
+
+
+def test_runs_group_by_tag_and_by_hand(two_devices):
+    client, cpu, gpu = two_devices
+    for run in cpu[:2]:
+        client.patch(f"/api/runs/{run}", json={"tags": ["baseline"], "group_id": "mine"})
+    client.patch(f"/api/runs/{gpu[0]}", json={"tags": ["baseline", "fast"], "group_id": "mine"})
+    ids = ",".join(map(str, cpu + gpu))
+    by_tag = client.get("/api/compare", params={"ids": ids, "group_by": "tag"}).json()["grouped"]["groups"]
+    assert [(g["label"], g["run_ids"]) for g in by_tag] == [
+        ("tag baseline", [cpu[0], cpu[1], gpu[0]]), ("tag –", [cpu[2], gpu[1]]), ("tag fast", [gpu[0]])]
+    by_hand = client.get("/api/compare", params={"ids": ids, "group_by": "group"}).json()["grouped"]["groups"]
+    assert [(g["label"], g["run_ids"]) for g in by_hand] == [("group mine", [cpu[0], cpu[1], gpu[0]]),
+                                                             ("group –", [cpu[2], gpu[1]])]

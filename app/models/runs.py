@@ -240,6 +240,8 @@ class RunUpdate(InputModel):
     name: str | None = Field(default=None, min_length=1, max_length=200)
     tags: list[str] | None = Field(default=None, max_length=50)
     notes: str | None = Field(default=None, max_length=20_000)
+    group_id: str | None = Field(default=None, min_length=1, max_length=50, description="put runs together by hand: "
+                                 "the compare page's group_by=group shows their spread")
 
 
 class Run(SQLModel, table=True):

@@ -119,15 +119,18 @@ def group_curve(members: list[list[MetricPublic]], flops: list[int | None]) -> d
 
 def group_runs(runs: list[Run], summaries: list[dict], group_by: str,
                evals: dict[int, list[MetricPublic]] | None = None) -> dict:
-    """Runs grouped by the value of one option, in the order groups first appear: per group its runs and each
+    """Runs grouped by the value of one option (or by ``tag``, or ``group``: a submission's runs, or runs put
+    together by hand with PATCH), in the order groups first appear: per group its runs and each
     figure's spread; for two groups, each figure's difference (second - first) with its 95 % interval, and the
     sentence for the best validation loss."""
-    known = sorted(set().union(*(run_options(r) for r in runs)))
+    known = sorted({"tag", *set().union(*(run_options(r) for r in runs))})
     if group_by not in known:
         raise Invalid(unknown_name_message(group_by, known, "run option"), field="group_by")
     groups: dict[str, list[dict]] = {}
-    for run, summary in zip(runs, summaries, strict=True):
-        groups.setdefault(option_value_text(run_options(run).get(group_by)), []).append(summary)
+    for run, summary in zip(runs, summaries, strict=True):  # by tag: a run is in the group of each of its tags
+        values = (run.tags or [None]) if group_by == "tag" else [run_options(run).get(group_by)]
+        for value in values:
+            groups.setdefault(option_value_text(value), []).append(summary)
     out = [{"label": f"{group_by} {value}", "value": value, "run_ids": [s["id"] for s in members],
             "figures": {name: spread_of(members, name) for name in GROUP_FIGURES},
             "curve": group_curve([evals[s["id"]] for s in members], [s["flops_per_token"] for s in members])

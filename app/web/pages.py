@@ -347,7 +347,7 @@ def compare_page(request: Request, session: SessionDep, ids: Annotated[list[str]
         except AppError as exc:
             error = exc.message
     return render(request, "compare.html", nav="compare", result=result, error=error, ids_text=",".join(map(str, run_ids)),
-                  group_by=group_by, group_options=["device", "group", *TRAINING_OPTIONS], group_figures=compare.GROUP_FIGURES)
+                  group_by=group_by, group_options=["device", "group", "tag", *TRAINING_OPTIONS], group_figures=compare.GROUP_FIGURES)
 
 
 @router.get("/benchmarks", response_class=HTMLResponse)
