@@ -338,7 +338,10 @@ def compare_page(request: Request, session: SessionDep, ids: Annotated[list[str]
     if run_ids and not error:
         try:
             result = compare.compare_runs(session, ids=run_ids, group_by=group_by or None)
-            for summary in result["runs"]:  # each curve thinned in the database, every evaluation kept
+            grouped = result["grouped"]
+            # the chart draws the groups' curves when every group has one, else each run's own
+            result["draw"] = "groups" if grouped and all(g["curve"]["step"] for g in grouped["groups"]) else "runs"
+            for summary in result["runs"] if result["draw"] == "runs" else []:  # thinned, every evaluation kept
                 history = metric_columns(session, run_id=summary["id"], max_points=COMPARE_POINTS)["columns"]
                 summary["history"] = {k: history[k] for k in ("step", "train_loss", "val_loss", "tokens_seen",
                                                               "elapsed_sec")}

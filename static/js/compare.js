@@ -55,8 +55,7 @@ function setupCompare() {
   function build() {
     if (plot) plot.destroy();
     el.innerHTML = "";
-    const grouped = result.grouped && result.grouped.groups.every((g) => g.curve && g.curve.step.length);
-    const { tables, series, bands } = grouped ? groupTables(view.x, view.band) : runTables(view.x);
+    const { tables, series, bands } = result.draw === "groups" ? groupTables(view.x, view.band) : runTables(view.x);
     series.forEach((s, i) => { if (view.hide.has(i + 1)) s.show = false; });
     let ready = false;  // hooks fire while the chart is built: only a person's zoom or click is remembered
     plot = TG.chart(el, series, { xLabel: $("x-axis").selectedOptions[0].textContent, xAxis: TG.xAxisFor(view.x),
