@@ -54,7 +54,8 @@ class SweepMetric(InputModel):
     name: Annotated[str, one_of("metric", SWEEP_METRICS)] = Field(
         default="val_loss", description=", ".join(f"{k}: {v}" for k, v in SWEEP_METRICS.items()))
     goal: str = Field(default="minimize", description="losses and times are minimised")
-
+    target: float | None = Field(default=None, description="W&B's: once a finished trial's metric is at most this, "
+                                 "the sweep adds no more trials and ends when its running ones do")
 
     @field_validator("goal")
     @classmethod

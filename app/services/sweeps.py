@@ -206,18 +206,34 @@ def settle_sweep(session: Session, *, sweep_id: int, settings: Settings) -> None
             tell_result(session, study, run, sweep.config["metric"]["name"])
     active = sum(1 for r in trials if r.status in ACTIVE)
     if sweep.status == SweepStatus.running:
-        if active < sweep.config["parallel"] and len(trials) < sweep.trials_planned:
+        reached = target_reached_by(session, sweep, trials)
+        planned = len(trials) if reached else sweep.trials_planned  # a reached target: no more trials
+        if active < sweep.config["parallel"] and len(trials) < planned:
             asking = studies.load(settings, sweep_id, sweep.config, to_ask=True)
-        while active < sweep.config["parallel"] and len(trials) < sweep.trials_planned:
+        while active < sweep.config["parallel"] and len(trials) < planned:
             trials.append(add_trial(session, sweep, asking, settings))
             active += 1
-        if active == 0 and len(trials) >= sweep.trials_planned:
+        if active == 0 and len(trials) >= planned:
             # the alert first: the sweep's stream ends at its status event
-            raise_alert(session, kind=Alert.sweep_finished, message=sweep_summary(trials), settings=settings,
+            found = f"; target {sweep.config['metric']['target']:g} reached by trial {reached.trial}" if reached else ""
+            raise_alert(session, kind=Alert.sweep_finished, message=sweep_summary(trials) + found, settings=settings,
                         sweep=sweep)
             end_sweep(session, sweep, SweepStatus.finished)
     keep_top_checkpoints(session, sweep, trials)
     session.commit()
+
+
+def target_reached_by(session: Session, sweep: Sweep, trials: list[Run]) -> Run | None:
+    """The first finished trial whose metric is at most the sweep's ``metric.target`` (W&B's), or None."""
+    metric = sweep.config["metric"]
+    if metric.get("target") is None:
+        return None
+    for run in trials:
+        if RunStatus(run.status) == RunStatus.succeeded:
+            value = objective(session, run, metric["name"])
+            if value is not None and value <= metric["target"]:
+                return run
+    return None
 
 
 def settle_running_sweeps(session: Session, *, settings: Settings) -> None:
