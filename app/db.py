@@ -8,12 +8,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from typing import TypeVar
 
 from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, create_engine
+from sqlmodel import Session, SQLModel, create_engine
 
 from .settings import Settings, get_settings
+
+RowT = TypeVar("RowT", bound=SQLModel)
 
 # Connections the pool may hand out at once: more than the request thread pool has threads
 # (anyio's default: 40). Fewer, and under load every thread can end up waiting for a connection
@@ -109,3 +112,13 @@ def session_scope(settings: Settings | None = None) -> Iterator[Session]:
         except BaseException:
             session.rollback()
             raise
+
+
+def saved_changes(session: Session, row: RowT, changes: SQLModel) -> RowT:
+    """``row`` with the fields an update body gives (the ones set and not None), committed and read back."""
+    for key, value in changes.model_dump(exclude_unset=True, exclude_none=True).items():
+        setattr(row, key, value)
+    session.add(row)
+    session.commit()
+    session.refresh(row)
+    return row

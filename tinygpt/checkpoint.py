@@ -128,10 +128,14 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[GP
     """
     state = read_checkpoint(path)
     config, tokenizer = checked_parts(state, Path(path))
+    return built_model(config, state["model"], device), tokenizer, state
+
+
+def built_model(config: GPTConfig, weights: dict[str, torch.Tensor], device: str | torch.device = "cpu") -> GPT:
+    """The model of checked parts (:func:`checked_parts`) with these weights, in eval mode on ``device``."""
     model = GPT(config)
-    model.load_state_dict(state["model"])
-    model.to(device).eval()
-    return model, tokenizer, state
+    model.load_state_dict(weights)
+    return model.to(device).eval()
 
 
 def verify_checkpoint(path: str | Path) -> dict:

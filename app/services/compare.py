@@ -96,8 +96,9 @@ def group_curve(members: list[list[MetricPublic]], flops: list[int | None]) -> d
     steps = sorted(set.intersection(*(set(b) for b in by_step))) if by_step else []
     curve: dict[str, list] = {k: [] for k in ("step", "tokens_seen", "elapsed_sec", "flops", "val_mean", "min", "max",
                                               "std_low", "std_high")}
+    flops_known = None not in flops
     for step in steps:
-        rows = [b[step] for b in by_step]
+        rows = [b[step] for b in by_step]  # evaluation rows: each has its validation loss
         spread = Spread.of([r.val_loss for r in rows])
         if spread is None:
             continue
@@ -105,13 +106,11 @@ def group_curve(members: list[list[MetricPublic]], flops: list[int | None]) -> d
         curve["step"].append(step)
         curve["tokens_seen"].append(sum(r.tokens_seen for r in rows) / len(rows))
         curve["elapsed_sec"].append(sum(r.elapsed_sec for r in rows) / len(rows))
-        known = None not in flops
         curve["flops"].append(sum(r.tokens_seen * f for r, f in zip(rows, flops, strict=True)) / len(rows)
-                              if known else None)
-        values = [r.val_loss for r in rows if r.val_loss is not None]
+                              if flops_known else None)
         curve["val_mean"].append(spread.mean)
-        curve["min"].append(min(values))
-        curve["max"].append(max(values))
+        curve["min"].append(min(r.val_loss for r in rows))
+        curve["max"].append(max(r.val_loss for r in rows))
         curve["std_low"].append(spread.mean - std)
         curve["std_high"].append(spread.mean + std)
     return curve
@@ -140,11 +139,10 @@ def group_runs(runs: list[Run], summaries: list[dict], group_by: str,
     if len(out) == 2:
         first, second = groups.values()
         result["difference"] = {name: difference_of(first, second, name) for name in GROUP_FIGURES}
-        d = welch(figure_values(first, "best_val_loss"), figure_values(second, "best_val_loss"))
-        if d is not None:
+        best_first, best_second = figure_values(first, "best_val_loss"), figure_values(second, "best_val_loss")
+        if (d := welch(best_first, best_second)) is not None:
             result["verdict"] = verdict(out[1]["value"], out[0]["value"], GROUP_FIGURES["best_val_loss"], d,
-                                        len(figure_values(first, "best_val_loss")),
-                                        len(figure_values(second, "best_val_loss")))
+                                        len(best_first), len(best_second))
     return result
 
 

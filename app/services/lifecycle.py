@@ -146,7 +146,7 @@ def repeat_run(session: Session, *, run_id: int, count: int, settings: Settings)
     run = get_run(session, run_id=run_id)
     if run.origin != RunOrigin.dashboard or run.kind != RunKind.train:
         raise Conflict(f"run {run_id} was not trained by this dashboard; repeat it where it was trained")
-    group = [r for r in group_runs(session, group_id=run.group_id)] if run.group_id else [run]
+    group = group_runs(session, group_id=run.group_id) if run.group_id else [run]
     first_free = max(int(r.config.get("seed", 0)) for r in group) + 1
     body = RunCreate.model_validate({**run.config, "device": run.requested_device, "tags": run.tags,
                                      "seeds": list(range(first_free, first_free + count))})

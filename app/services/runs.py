@@ -12,6 +12,7 @@ from sqlalchemy import Select, bindparam, func
 from sqlalchemy import delete as sa_delete
 from sqlmodel import Session, col, select
 
+from ..db import saved_changes
 from ..errors import Conflict, NotFound
 from ..models import (
     BenchmarkResult,
@@ -129,14 +130,7 @@ def runs_page(stmt: Select) -> Select:
 
 
 def update_run(session: Session, *, run_id: int, body: RunUpdate) -> Run:
-    run = get_run(session, run_id=run_id)
-    changes = body.model_dump(exclude_unset=True, exclude_none=True)
-    for key, value in changes.items():
-        setattr(run, key, value)
-    session.add(run)
-    session.commit()
-    session.refresh(run)
-    return run
+    return saved_changes(session, get_run(session, run_id=run_id), body)
 
 
 def delete_run(session: Session, *, run_id: int, settings: Settings) -> None:

@@ -20,6 +20,7 @@ from sqlmodel import Session, col, select
 
 from tinygpt.options import Option, did_you_mean
 
+from ..db import saved_changes
 from ..errors import Conflict, Invalid, NotFound, invalid_from
 from ..models import (
     TRAINING_OPTIONS,
@@ -174,13 +175,7 @@ def create_sweep(session: Session, *, body: SweepCreate, settings: Settings) -> 
 
 
 def update_sweep(session: Session, *, sweep_id: int, body: SweepUpdate) -> Sweep:
-    sweep = get_sweep(session, sweep_id=sweep_id)
-    for key, value in body.model_dump(exclude_unset=True, exclude_none=True).items():
-        setattr(sweep, key, value)
-    session.add(sweep)
-    session.commit()
-    session.refresh(sweep)
-    return sweep
+    return saved_changes(session, get_sweep(session, sweep_id=sweep_id), body)
 
 
 def lock_sweep(session: Session, sweep_id: int) -> Sweep:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from string import Template
 
-from ..checkpoint import load_model
+from ..checkpoint import built_model
 from ..records import StepMetrics, TargetReached, bits_per_byte, duration_text, read_metrics_csv
 from ..sample import sample_text
 from .families import Family
@@ -67,7 +67,7 @@ def yaml_header(source: ExportSource, family: Family, corpus: str, best: float |
 
 
 def samples_markdown(source: ExportSource, prompts: list[str]) -> str:
-    model, tokenizer, _ = load_model(source.file)
+    model, tokenizer = built_model(source.config, source.weights), source.tokenizer  # the parts read already
     blocks = []
     for prompt in prompts:
         text = sample_text(model, tokenizer, prompt, SAMPLE_TOKENS, **SAMPLE_SETTINGS)
@@ -78,7 +78,8 @@ def samples_markdown(source: ExportSource, prompts: list[str]) -> str:
 def card_fields(source: ExportSource, family: Family, rows: list[StepMetrics]) -> dict[str, str]:
     config, train, state = source.config, source.state.get("train_config") or {}, source.state
     resolved = run_resolved(source.folder)
-    corpus = Path(str(train.get("corpus", "unknown"))).stem or "unknown"
+    corpus_file = Path(str(train.get("corpus", ""))).name  # by its name: a card is for other people, not a path
+    corpus = Path(corpus_file).stem or "unknown"
     best = state.get("best_val_loss")
     best = best if isinstance(best, float) and best != float("inf") else None
     bpb = bits_per_byte(best, resolved.get("val_bytes_per_token"))
@@ -91,7 +92,7 @@ def card_fields(source: ExportSource, family: Family, rows: list[StepMetrics]) -
     prompt = str(train.get("sample_prompt") or "")
     return {
         "header": yaml_header(source, family, corpus, best, bpb), "title": f"tinygpt {run_name(source.folder)}",
-        "params": f"{config.num_params:,}", "data": f"`{Path(str(train.get('corpus', 'unknown'))).name}`",
+        "params": f"{config.num_params:,}", "data": f"`{corpus_file or 'unknown'}`",
         "hf_class": family.hf_class, "gguf_arch": family.gguf_arch, "results": table(results),
         "model": table({
             "parameters": f"{config.num_params:,}",
@@ -101,7 +102,7 @@ def card_fields(source: ExportSource, family: Family, rows: list[StepMetrics]) -
             "vocabulary": f"{config.vocab_size:,} (byte-level BPE)",
             "output head": "its own matrix" if config.untied_head else "tied to the token embedding"}),
         "training": table({
-            "data": f"`{Path(str(train.get('corpus', 'unknown'))).name}`",
+            "data": f"`{corpus_file or 'unknown'}`",
             "device, precision": f"{state.get('device', resolved.get('device', 'unknown'))}, "
                                  f"{state.get('precision', resolved.get('precision', 'unknown'))}",
             "steps": f"{last.step:,}" if last else f"{state.get('step', 0):,}",
@@ -109,9 +110,7 @@ def card_fields(source: ExportSource, family: Family, rows: list[StepMetrics]) -
             "training time": duration_text(last.elapsed_sec) if last else "unknown",
             "optimizer, learning rate": f"{train.get('optimizer', 'adamw')}, {train.get('lr', '')}",
             "batch x context": f"{train.get('batch_size', '')} x {config.context}"}),
-        # the corpus by its file name: a card is for other people, not a path on the training machine
-        "options": json.dumps({**train, "corpus": Path(str(train.get("corpus", ""))).name}, indent=2,
-                              ensure_ascii=False),
+        "options": json.dumps({**train, "corpus": corpus_file}, indent=2, ensure_ascii=False),
         "samples": samples_markdown(source, [prompt, ""] if prompt else [""]),
         "prompt": prompt.replace('"', '\\"'), "vocab": f"{config.vocab_size:,}",
         "recipe": str(train.get("recipe") or "series"),
