@@ -29,6 +29,8 @@ def test_a_page_with_a_bad_query_says_which_parameter(make_app):
 
 def test_every_page_links_the_site_icon_and_it_is_served(make_app):
     client = make_app()
-    assert '<link rel="icon" type="image/svg+xml" href="/static/favicon.svg">' in client.get("/").text
+    from app.static_files import asset_version
+
+    assert f'<link rel="icon" type="image/svg+xml" href="/static/favicon.svg?v={asset_version()}">' in client.get("/").text
     icon = client.get("/static/favicon.svg")
     assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"

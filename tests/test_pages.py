@@ -373,6 +373,7 @@ def test_login_then_create_and_watch_a_run_with_the_token_on(site, page, tmp_pat
         assert page.is_hidden("#cancel-btn")
         page.click("button.link")  # log out
         page.wait_for_url(f"{guarded.url}/login")
+        page.wait_for_load_state("networkidle")  # the login page's own requests (its icon) before the app stops
     finally:
         guarded.stop()
 
