@@ -13,7 +13,7 @@ ifneq ($(wildcard $(HOLMES_SHARED)),)
 export TINYGPT_HOLMES_PATH ?= $(HOLMES_SHARED)
 endif
 
-.PHONY: install run test test-slow test-scale test-all coverage lint bench clean chromium postgresql
+.PHONY: install run test test-slow test-scale test-slurm test-all coverage lint bench clean chromium postgresql slurm
 
 install: $(VENV)/.installed
 
@@ -37,25 +37,32 @@ chromium:
 postgresql:
 	scripts/install-postgresql.sh
 
+slurm:
+	scripts/install-slurm.sh
+
 # The default suite (under 15 minutes on 2 cores): everything but the tests marked slow or gpu.
 test: lint chromium postgresql
 	$(PY) -m pytest -q --durations=20
 
-# The slow tests: faults (kills, full disk, ...), API fuzzing, load, scale-out, long trainings
-# (about 40 minutes on 2 cores); CI runs them after `make test`.
-test-slow: install chromium postgresql
+# The slow tests: faults (kills, full disk, ...), API fuzzing, load, scale-out, long trainings, a real
+# single-node Slurm (about 45 minutes on 2 cores); CI runs them after `make test`.
+test-slow: install chromium postgresql slurm
 	$(PY) -m pytest -q -m "slow and not gpu" --durations=20
 
 # Scale-out: 4 workers against 16 queued runs on PostgreSQL (about a minute); CI runs it with `make test-slow`.
 test-scale: install postgresql
 	$(PY) -m pytest -q -m scale
 
-test-all: install chromium postgresql
+# The Slurm executor against a real single-node Slurm (about 6 minutes); CI runs it with `make test-slow`.
+test-slurm: install slurm
+	$(PY) -m pytest -q -m slurm
+
+test-all: install chromium postgresql slurm
 	$(PY) -m pytest -q -m "not gpu"
 
 # Branch coverage of tinygpt, app and worker over both suites together (subprocesses included); slower than
 # `make test` + `make test-slow`, so not part of CI. Prints the report; coverage.json keeps the figures.
-coverage: install chromium postgresql
+coverage: install chromium postgresql slurm
 	rm -f .coverage .coverage.*
 	-$(VENV)/bin/coverage run -m pytest -q -m "not gpu" -p no:cacheprovider
 	$(VENV)/bin/coverage combine -q

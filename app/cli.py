@@ -20,12 +20,12 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .stop_signals import set_on_signals
+from tinygpt.stop_signals import set_on_signals
 
 if TYPE_CHECKING:
     from tinygpt.cli import ExtraCommand
 
-SERVICE_COMMANDS = ("serve", "app", "worker")
+SERVICE_COMMANDS = ("serve", "app", "worker", "slurm-executor")
 STOP = threading.Event()  # set by SIGTERM / SIGINT once a service command starts
 
 
@@ -92,19 +92,38 @@ def run_worker_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_slurm_executor_command(args: argparse.Namespace) -> int:
+    from worker.slurm.executor import run_slurm_executor
+
+    from .settings import get_settings
+
+    if not get_settings().slurm:
+        print("tinygpt slurm-executor: error: the slurm pool is off: set TINYGPT_SLURM=true and its settings "
+              "(README, On a Slurm cluster)", file=sys.stderr)
+        return 2
+    run_slurm_executor(stop=STOP)
+    return 0
+
+
 def run_serve(args: argparse.Namespace) -> int:
-    """The app and one worker for this machine's devices, as two processes; SIGTERM or Ctrl-C stops both."""
+    """The app, one worker for this machine's devices and, with ``TINYGPT_SLURM``, the Slurm executor, as
+    processes of their own; SIGTERM or Ctrl-C stops them all."""
+    from .settings import get_settings
+
     worker_cmd = [sys.executable, "-m", "app.cli", "worker", "--parent", str(os.getpid())]
     if args.devices:
         worker_cmd += ["--devices", args.devices]
     if args.name:
         worker_cmd += ["--name", args.name]
-    worker = subprocess.Popen(worker_cmd, env=os.environ.copy(), start_new_session=True)
+    helpers = [worker_cmd] + [[sys.executable, "-m", "app.cli", "slurm-executor"]] * get_settings().slurm
+    processes = [subprocess.Popen(cmd, env=os.environ.copy(), start_new_session=True) for cmd in helpers]
     try:
         return run_app(args)
     finally:
-        worker.send_signal(signal.SIGTERM)  # its jobs checkpoint and go back to the queue
-        worker.wait()
+        for process in processes:
+            process.send_signal(signal.SIGTERM)  # the worker's jobs checkpoint and go back to the queue
+        for process in processes:
+            process.wait()
 
 
 def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
@@ -158,6 +177,8 @@ def extra_commands() -> list[ExtraCommand]:
         ExtraCommand("serve", "start the dashboard app and a worker together", add_serve_arguments, run_serve),
         ExtraCommand("app", "start the dashboard app (REST API, event streams, pages)", add_bind_arguments, run_app),
         ExtraCommand("worker", "start a worker that runs queued jobs", add_worker_arguments, run_worker_command),
+        ExtraCommand("slurm-executor", "submit the slurm pool's runs to Slurm and follow their jobs",
+                     lambda p: None, run_slurm_executor_command),
         ExtraCommand("sweep", "submit a hyperparameter sweep (W&B-style YAML) to the dashboard",
                      add_sweep_arguments, run_sweep_command),
     ]

@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .db import session_scope
 from .errors import AppError
 from .redaction import show_secrets
+from .services.run_tokens import request_run_id, run_token_valid, token_run_id
 from .services.sessions import session_is_valid
 from .settings import Settings
 from .templating import templates
@@ -154,9 +155,28 @@ async def guard(request: Request) -> None:
     token = settings.api_token
     request.state.signed_in = token is not None and has_credentials(request, token)
     show_secrets(token is None or request.state.signed_in)  # webhook URLs: app/redaction.py
+    if token is not None and not request.state.signed_in and run_token_allows(request):
+        return
     if token is not None and not request.state.signed_in and needs_token(request, settings):
         raise Unauthorized("this dashboard needs its API token: send `Authorization: Bearer TOKEN`, "
                            "or log in at /login")
+
+
+def run_token_allows(request: Request) -> bool:
+    """A Slurm job's run-scoped token (``app/services/run_tokens.py``) reporting for its own, unfinished run.
+    Such a token presented for anything else is refused, saying so (403); False when none is presented."""
+    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+    token_run = token_run_id(presented.strip()) if scheme.lower() == "bearer" else None
+    if token_run is None:
+        return False
+    asked = request_run_id(request.method, route_path(request.scope))
+    if asked != token_run:
+        raise Forbidden(f"a run's token reports for run {token_run} only (POST /api/runs/{token_run}/report, "
+                        f"PUT /api/runs/{token_run}/checkpoint)")
+    with session_scope(request.app.state.settings) as session:
+        if not run_token_valid(session, presented=presented.strip(), run_id=token_run):
+            raise Unauthorized(f"run {token_run}'s token is not valid: it was replaced, or the run has finished")
+    return True
 
 
 def safe_next(target: str | None) -> str:

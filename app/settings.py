@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
@@ -35,6 +35,20 @@ def check_webhook_url(url: AnyUrl) -> AnyUrl:
 
 
 WebhookUrl = Annotated[AnyUrl, AfterValidator(check_webhook_url)]
+
+#: A Slurm time limit as ``sbatch --time`` takes it: minutes, or [days-]hours:minutes:seconds.
+SLURM_TIME = re.compile(r"\d{1,6}|(\d{1,3}-)?\d{1,2}:\d{2}:\d{2}")
+
+
+def check_time_limit(value: str | None) -> str | None:
+    """A Slurm time limit (``sbatch --time``): minutes or [D-]HH:MM:SS.
+
+    >>> check_time_limit("00:10:00"), check_time_limit("90"), check_time_limit("1-12:00:00")
+    ('00:10:00', '90', '1-12:00:00')
+    """
+    if value is not None and not SLURM_TIME.fullmatch(value):
+        raise ValueError(f"time_limit must be minutes or [days-]HH:MM:SS as sbatch --time takes it, got {value!r}")
+    return value
 
 
 class Settings(BaseSettings):
@@ -112,6 +126,35 @@ class Settings(BaseSettings):
                                   "`tinygpt sync` and `tinygpt import` talk to when no URL is given")
     public_url: str | None = Field(default=None, description="the dashboard's address as people reach it, for the "
                                    "links in alerts; default http://HOST:PORT")
+    default_pool: Literal["local", "slurm"] = Field(default="local", description="where a run goes when its "
+                                                    "submission does not say (`pool`): `local` (this dashboard's "
+                                                    "workers) or `slurm` (jobs on a Slurm cluster: `TINYGPT_SLURM`)")
+    slurm: bool = Field(default=False, description="offer the `slurm` pool: runs submitted with `sbatch` by "
+                        "`tinygpt slurm-executor` (started by `tinygpt serve` too), trained on the cluster's nodes "
+                        "and reported back (README, On a Slurm cluster)")
+    slurm_partition: str | None = Field(default=None, description="`#SBATCH --partition`; unset: the cluster's "
+                                        "default")
+    slurm_account: str | None = Field(default=None, description="`#SBATCH --account`")
+    slurm_qos: str | None = Field(default=None, description="`#SBATCH --qos`")
+    slurm_time_limit: str = Field(default="01:00:00", description="`#SBATCH --time` of a run that gives no "
+                                  "`time_limit`: minutes or [D-]HH:MM:SS")
+    slurm_gres: str | None = Field(default=None, description="the generic resource a run's GPUs are asked as, e.g. "
+                                   "`gpu` or `gpu:a100` (a run with `gpus: N` gets `--gres=gpu:N` and one torchrun "
+                                   "over them); unset: CPU jobs, one task with `gpus` CPU processes")
+    slurm_cpus_per_task: int = Field(default=1, ge=1, le=1024, description="`#SBATCH --cpus-per-task` (per "
+                                     "training process)")
+    slurm_sbatch_lines: list[str] = Field(default_factory=list, description="more `#SBATCH` lines, each without "
+                                          "the prefix, e.g. `[\"--mem=16G\", \"--constraint=h100\"]`; a JSON list")
+    slurm_setup: list[str] = Field(default_factory=list, description="shell lines the job runs first on the node, "
+                                   "e.g. `[\"module load cuda/12.4\", \"source ~/venvs/tinygpt/bin/activate\"]`; "
+                                   "a JSON list")
+    slurm_python: str | None = Field(default=None, description="the Python on the nodes that has tinygpt "
+                                     "installed, or a container's, e.g. `apptainer exec --nv tinygpt.sif python`; "
+                                     "default: this dashboard's own interpreter (a shared file system)")
+    slurm_dashboard_url: str | None = Field(default=None, description="the dashboard's address as the compute "
+                                            "nodes reach it; default `TINYGPT_PUBLIC_URL`, else http://HOST:PORT")
+    slurm_poll_sec: float = Field(default=3.0, gt=0, le=600, description="how often the Slurm executor asks "
+                                  "`squeue` about its jobs and looks for queued runs")
     stall_after_sec: float = Field(default=60.0, gt=0, description="a running run with no step for this long, or "
                                    "10 times its median step time if longer, is marked stalled")
     event_poll_sec: float = Field(default=0.1, description="how often event streams look for new events")
@@ -148,6 +191,27 @@ class Settings(BaseSettings):
         if v and (not v.startswith("/") or "//" in v or any(c in v for c in "?#\\ ")):
             raise ValueError(f"TINYGPT_ROOT_PATH must be a path such as /tinygpt, got {v!r}")
         return v
+
+    @field_validator("slurm_time_limit")
+    @classmethod
+    def _slurm_time(cls, v: str) -> str:
+        return check_time_limit(v) or v
+
+    @model_validator(mode="after")
+    def _slurm_pool_on(self) -> Settings:
+        if self.default_pool == "slurm" and not self.slurm:
+            raise ValueError("TINYGPT_DEFAULT_POOL=slurm needs TINYGPT_SLURM=true")
+        return self
+
+    @property
+    def pools(self) -> list[str]:
+        """The pools runs may go to: ``local`` always, ``slurm`` when it is set up."""
+        return ["local", "slurm"] if self.slurm else ["local"]
+
+    @property
+    def slurm_report_url(self) -> str:
+        """Where a Slurm job's trainer reports (``--report-to``)."""
+        return (self.slurm_dashboard_url or self.site_url).rstrip("/")
 
     @property
     def site_url(self) -> str:

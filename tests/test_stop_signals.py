@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from app.stop_signals import set_on_signals
+from tinygpt.stop_signals import set_on_signals
 
 
 @pytest.fixture

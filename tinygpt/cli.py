@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,9 +35,11 @@ from .gutenberg import GUTENBERG_URL, DownloadError
 from .options import Option
 from .paths import Paths
 from .presets import ARCHS, PRESETS, UnknownPresetError
+from .records import Callbacks
 from .report import CHECKPOINT_MODES, Reporter
 from .run_config import TrainConfig
 from .run_import import RunImportError, read_config_arg, train_options
+from .stop_signals import set_on_signals
 from .tokenizer import TokenizerError
 
 EXPECTED_ERRORS = (ValueError, CorpusError, TokenizerError, CheckpointError, DownloadError, UnknownPresetError, OSError,
@@ -172,6 +176,11 @@ def build_parser(extra: Sequence[ExtraCommand] = ()) -> argparse.ArgumentParser:
     r.add_argument("--report-to", metavar="URL", help="a dashboard to stream this run to, e.g. http://gpu-box:8000 "
                    "(default: $TINYGPT_REPORT_TO; unset: none)")
     add_token_argument(r)
+    r.add_argument("--report-run", type=positive_int, metavar="ID", help="the dashboard's run this trains, made "
+                   "there and submitted by its executor (Slurm); default: a new run")
+    r.add_argument("--scheduled", action="store_true", help="run by a scheduler (Slurm): SIGTERM (its time limit, "
+                   "a preemption, scancel) stops at the next step with last.pt saved, and the run's end is the "
+                   "scheduler's to tell; without it SIGTERM ends the run cancelled, also with last.pt saved")
     r.add_argument("--report-checkpoints", choices=CHECKPOINT_MODES, default="end", help="upload best.pt at the "
                    "end (default), at each new best, or never")
     r.add_argument("--name", help="the run's name on the dashboard (default: the run folder's name)")
@@ -294,7 +303,8 @@ def cmd_train(args: argparse.Namespace, paths: Paths) -> int:
     from .train import NonFiniteLoss, Trainer
 
     progress = ProgressCallbacks(total_steps=config.steps, bar=not args.no_progress and dist.is_main)
-    callbacks = CallbackList(progress, reporter) if reporter else progress
+    terminated = StopOnSignal()  # SIGTERM: stop at the next step boundary, last.pt saved
+    callbacks = CallbackList(progress, terminated, *([reporter] if reporter else []))
     try:
         trainer = Trainer(config, args.out, callbacks=callbacks, cache_dir=paths.cache_dir, resume=args.resume,
                           dist=dist)
@@ -317,6 +327,8 @@ def cmd_train(args: argparse.Namespace, paths: Paths) -> int:
         distributed.stop()
     if not dist.is_main:
         return 0
+    if terminated.signalled.is_set():
+        return stopped_by_sigterm(reporter, args, result.steps_done, result.out_dir)
     if reporter is not None and reporter.should_stop():
         end_reporting(reporter, args.out, "cancelled", error="cancelled from the dashboard")
         print(f"tinygpt train: cancelled from the dashboard at step {result.steps_done}; last.pt saved in "
@@ -332,6 +344,34 @@ def cmd_train(args: argparse.Namespace, paths: Paths) -> int:
     return 0
 
 
+class StopOnSignal(Callbacks):
+    """Stops the training at the next step boundary once SIGTERM came (the trainer then saves last.pt)."""
+
+    def __init__(self) -> None:
+        self.signalled = threading.Event()
+        if threading.current_thread() is threading.main_thread():
+            set_on_signals(self.signalled, [signal.SIGTERM])
+
+    def should_stop(self) -> bool:
+        return self.signalled.is_set()
+
+
+def stopped_by_sigterm(reporter: Reporter | None, args: argparse.Namespace, step: int, out: Path) -> int:
+    """SIGTERM stopped the run at ``step`` with last.pt saved: under a scheduler (``--scheduled``) the run's
+    end is the scheduler's word (a time limit, a preemption that requeues it, a cancel), so only a log line is
+    reported; otherwise the run ends cancelled. Exits 143, as a process that SIGTERM ends does."""
+    message = f"stopped by SIGTERM at step {step}; last.pt saved in {out}"
+    if reporter is not None and args.scheduled:
+        reporter.add("log", {"message": f"{message} (the scheduler's signal: time limit, preemption or cancel)"})
+        if not reporter.sender.drain(30.0):
+            print(f"tinygpt: warning: {reporter.journal.pending()} report item(s) not sent yet; `tinygpt sync "
+                  f"{args.out}` sends them", file=sys.stderr)
+    else:
+        end_reporting(reporter, args.out, "cancelled", error=message)
+    print(f"tinygpt train: {message}", file=sys.stderr)
+    return 143
+
+
 def start_reporting(args: argparse.Namespace, paths: Paths, config: TrainConfig) -> Reporter | None:
     """``--report-to``: a bad address or a refused token stops here, before any training."""
     url = args.report_to or paths.report_to
@@ -342,7 +382,7 @@ def start_reporting(args: argparse.Namespace, paths: Paths, config: TrainConfig)
     meta = run_meta(config, name=args.name, tags=args.tag, out_dir=args.out,
                     notify_urls=args.notify_url, notify_events=args.notify.split(",") if args.notify else None)
     return open_report(url, args.token or paths.api_token, out_dir=args.out, meta=meta, resume=args.resume,
-                       checkpoints=args.report_checkpoints)
+                       checkpoints=args.report_checkpoints, run_id=args.report_run)
 
 
 def end_reporting(reporter: Reporter | None, out: Path, status: str, **fields: str | None) -> None:

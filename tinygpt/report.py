@@ -52,10 +52,13 @@ class Journal:
         self.last_seq = self._last_seq()
 
     @classmethod
-    def start(cls, run_dir: Path, *, url: str, meta: dict, resume: bool) -> Journal:
-        """A new journal for a new run (a resumed run continues its own, and its dashboard run)."""
+    def start(cls, run_dir: Path, *, url: str, meta: dict, resume: bool, run_id: int | None = None) -> Journal:
+        """A new journal for a new run (a resumed run continues its own, and its dashboard run). ``run_id``: the
+        dashboard's run it reports to, made there (a run its Slurm executor submitted) instead of a new one."""
         journal = cls(run_dir)
-        if resume and journal.state.get("report_id"):
+        # a dashboard run given by id takes one numbering whether training resumes or starts again (a requeued job)
+        continues = journal.state.get("run_id") == run_id if run_id is not None else resume
+        if continues and journal.state.get("report_id"):
             if journal.state["url"] != url:  # another dashboard: the whole run goes there, as a new run of it
                 journal.state.update(url=url, run_id=None, sent_seq=0, sent_offset=0)
                 journal.save_state()
@@ -63,7 +66,7 @@ class Journal:
         journal.folder.mkdir(parents=True, exist_ok=True)
         journal.path.write_text("")
         journal.last_seq = 0
-        journal.state = {"report_id": uuid.uuid4().hex, "url": url, "run_id": None, "sent_seq": 0, "sent_offset": 0,
+        journal.state = {"report_id": uuid.uuid4().hex, "url": url, "run_id": run_id, "sent_seq": 0, "sent_offset": 0,
                          "meta": meta}
         journal.save_state()
         return journal
@@ -317,14 +320,17 @@ class Reporter(Callbacks):
 
 
 def open_report(url: str, token: str | None, *, out_dir: Path, meta: dict, resume: bool,
-                checkpoints: str) -> Reporter:
+                checkpoints: str, run_id: int | None = None) -> Reporter:
     """Check the address and the token (one-line errors, before any training), then start sending.
-    An unreachable dashboard is a warning: the run is created on it when it answers."""
+    An unreachable dashboard is a warning: the run is created on it when it answers. ``run_id``: report to
+    that run of the dashboard (made there) rather than a new one; checked by a first exchange."""
     client = DashboardClient(url, token)
-    journal = Journal.start(out_dir, url=client.url, meta=meta, resume=resume)
+    journal = Journal.start(out_dir, url=client.url, meta=meta, resume=resume, run_id=run_id)
     sender = Sender(journal, client)
     try:
         sender.ensure_run()
+        if run_id is not None:
+            sender.send_once()  # a heartbeat: a wrong run or token is refused here, before training
     except DashboardUnreachable as exc:
         sender.unreachable(str(exc))
     except DashboardRejected as exc:

@@ -41,9 +41,8 @@ from app.services.events import record_event
 from app.services.files import remove_file, run_disk_bytes
 from app.services.lifecycle import change_status
 from app.services.run_records import record_best_checkpoint, record_metric, record_sample, record_start
-from app.services.sweeps import get_sweep
+from app.services.sweeps import get_sweep, report_evaluation
 from app.settings import Settings, get_settings
-from app.stop_signals import set_on_signals
 from tinygpt import distributed
 from tinygpt.bench import Cell, SweepConfig, plan, sweep
 from tinygpt.device import describe_device, is_out_of_memory, resolve_device
@@ -53,6 +52,7 @@ from tinygpt.ranks import DistInfo, dist_info
 from tinygpt.records import Callbacks, StepMetrics
 from tinygpt.records import Sample as TrainSample
 from tinygpt.run_config import OPTIONS, TrainConfig
+from tinygpt.stop_signals import set_on_signals
 from tinygpt.train import NonFiniteLoss, Trainer
 
 from .cancel import JobCancelled, cancel_interrupt
@@ -136,16 +136,10 @@ class JobCallbacks(Callbacks):
     def report_to_sweep(self, m: StepMetrics) -> None:
         """A sweep's trial: the evaluation's loss to the study; stop when its pruner says so."""
         trial = self.trial
-        evaluation = -(-m.step // trial.eval_every)  # evaluations so far: the pruner's resource
-        prune = studies.report(trial.study, trial.number, m.val_loss, evaluation)
         with job_session(self.settings) as s:
-            record_event(s, run_id=None, sweep_id=trial.sweep_id, type=EventType.trial,
-                         data={"kind": "pruned" if prune else "evaluated", "run_id": self.run_id,
-                               "trial": trial.number, "step": m.step, "val_loss": m.val_loss,
-                               "train_loss": m.train_loss, "at": time.time()})  # at: for the latency benchmark
-            if prune:
-                record_event(s, run_id=self.run_id, type=EventType.log, data={
-                    "message": f"pruned by the sweep at step {m.step} (val {m.val_loss:.4f}): stopping"})
+            prune = report_evaluation(s, study=trial.study, sweep_id=trial.sweep_id, trial=trial.number,
+                                      run_id=self.run_id, step=m.step, val_loss=m.val_loss,
+                                      train_loss=m.train_loss, eval_every=trial.eval_every)
         if prune:
             self.pruned.set()
 

@@ -29,7 +29,7 @@ from app.models import Run, RunStatus, utcnow
 from app.services.lifecycle import change_status
 from app.services.sweeps import settle_running_sweeps, settle_sweep
 from app.settings import Settings, get_settings
-from app.stop_signals import set_on_signals
+from tinygpt.stop_signals import set_on_signals
 
 from . import registry
 from .notifier import Notifier

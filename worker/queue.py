@@ -14,7 +14,7 @@ from datetime import timedelta
 
 from sqlmodel import Session, col, select
 
-from app.models import Run, RunOrigin, RunStatus, as_utc, utcnow
+from app.models import Pool, Run, RunOrigin, RunStatus, as_utc, utcnow
 from app.services.lifecycle import claim, requeue_crashed
 from app.settings import Settings
 
@@ -36,7 +36,7 @@ def device_matches(slot: str) -> list[str]:
 def claim_next(session: Session, *, worker: str, host: str, slot: str) -> Run | None:
     candidates = session.exec(
         select(Run.id)
-        .where(Run.status == RunStatus.queued, col(Run.requested_device).in_(device_matches(slot)))
+        .where(Run.status == RunStatus.queued, Run.pool == Pool.local, col(Run.requested_device).in_(device_matches(slot)))
         .order_by(col(Run.id))
         .limit(5)
         .with_for_update(skip_locked=True)
@@ -60,8 +60,9 @@ def reap_dead_runs(session: Session, *, worker: str, own: bool, settings: Settin
     run back in the queue itself).
     """
     cutoff = utcnow() - timedelta(seconds=settings.stale_after_sec)
-    # runs trained elsewhere (reported) have no job here: their trainer's reports are their heartbeat
-    running = session.exec(select(Run).where(Run.status == RunStatus.running, Run.origin == RunOrigin.dashboard)).all()
+    # runs trained elsewhere (reported, Slurm) have no job here: their trainer's reports are their heartbeat
+    running = session.exec(select(Run).where(Run.status == RunStatus.running, Run.origin == RunOrigin.dashboard,
+                                             Run.pool == Pool.local)).all()
     gone = gone_owners(session, {r.worker for r in running if r.worker}, me=worker)
     reaped = []
     for run in running:

@@ -45,6 +45,7 @@ from .runs import (
     TRAINING_OPTIONS,
     ModelSizeQuery,
     Notify,
+    Pool,
     RepeatRequest,
     Run,
     RunConfig,
@@ -57,9 +58,11 @@ from .runs import (
     RunStatus,
     RunUpdate,
     RunWorkerPublic,
+    SlurmJobPublic,
     TimeToTarget,
     library_config,
     option_field,
+    slurm_state_text,
 )
 from .sessions import BrowserSession
 from .sweeps import (
@@ -82,6 +85,9 @@ from .sweeps import (
 from .workers import WorkerRecord
 
 __all__ = [
+    "slurm_state_text",
+    "Pool",
+    "SlurmJobPublic",
     "MAX_INT64",
     "utcnow",
     "as_utc",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     AfterValidator,
@@ -25,7 +25,7 @@ from tinygpt.records import bits_per_byte, reached_line
 from tinygpt.run_config import MODEL_OVERRIDES, OPTIONS, TrainConfig
 
 from ..redaction import shown_config
-from ..settings import WebhookUrl
+from ..settings import WebhookUrl, check_time_limit
 from .alerts import Alert
 from .common import InputModel, utcnow
 
@@ -53,6 +53,13 @@ class RunOrigin(enum.StrEnum):
     dashboard = "dashboard"  # queued here, trained by a worker
     reported = "reported"  # trained elsewhere by `tinygpt train --report-to`, streamed here as it trains
     imported = "imported"  # a finished run folder or metrics CSV, brought in by `tinygpt import`
+
+
+class Pool(enum.StrEnum):
+    """Where a queued run goes to be trained: an executor of the dashboard (``TINYGPT_DEFAULT_POOL``)."""
+
+    local = "local"  # this dashboard's workers (`tinygpt worker`)
+    slurm = "slurm"  # jobs submitted to a Slurm cluster (`tinygpt slurm-executor`, TINYGPT_SLURM_*)
 
 
 class RunSort(enum.StrEnum):
@@ -176,6 +183,19 @@ class RunCreate(RunConfig):
                                           "and the next ones) or a list; one run per seed and device, one group")
     name: str | None = Field(default=None, min_length=1, max_length=200)
     tags: list[str] = Field(default_factory=list, max_length=50)
+    pool: Pool | None = Field(default=None, description="where it trains: `local` (this dashboard's workers) or "
+                              "`slurm` (a job on the Slurm cluster the settings name); default "
+                              "TINYGPT_DEFAULT_POOL")
+    time_limit: str | None = Field(default=None, description="the Slurm pool's job time limit for this run, "
+                                   "minutes or [D-]HH:MM:SS (default TINYGPT_SLURM_TIME_LIMIT)")
+
+    #: What places a run rather than trains it: not among its run options (``Run.config``).
+    PLACEMENT: ClassVar[frozenset[str]] = frozenset({"device", "seeds", "name", "tags", "pool", "time_limit"})
+
+    @field_validator("time_limit")
+    @classmethod
+    def _time_limit(cls, v: str | None) -> str | None:
+        return check_time_limit(v)
 
     @field_validator("seeds")
     @classmethod
@@ -296,6 +316,16 @@ class Run(SQLModel, table=True):
     target_sec: float | None = None  # training seconds
     target_exact: bool | None = None  # False: judged by the evaluation's estimate (rows without a whole-split loss)
     val_bytes_per_token: float | None = None  # its validation split's text bytes per token: bits per byte
+    # where it trains (Pool); a Slurm run's job: its id, its last state and reason as squeue/scontrol told,
+    # the batch script submitted, and the hash of the run-scoped token the job reports with
+    pool: str = Field(default=Pool.local, index=True)
+    time_limit: str | None = None
+    slurm_job_id: str | None = None
+    slurm_state: str | None = None
+    slurm_reason: str | None = None
+    job_script: str | None = Field(default=None, sa_column=Column(Text))
+    job_token_hash: str | None = None
+    prune_requested: bool = False  # a Slurm trial its sweep's pruner stopped: its end is ``pruned``
 
 
 class RunWorkerPublic(SQLModel):
@@ -314,6 +344,28 @@ class TimeToTarget(SQLModel):
     exact: bool = Field(description="judged by the whole validation split (false: by the evaluation's estimate, for "
                         "rows that never measured it)")
     line: str = Field(description='in words, e.g. "reached 3.76 at step 1,120, 9.2M tokens, 1 h 51 min"')
+
+
+def slurm_state_text(state: str | None, reason: str | None) -> str | None:
+    """A job's state with the reason it waits, as pages and logs show it.
+
+    >>> slurm_state_text("PENDING", "Resources"), slurm_state_text("RUNNING", None)
+    ('PENDING (Resources)', 'RUNNING')
+    """
+    if state is None:
+        return None
+    return f"{state} ({reason})" if reason else state
+
+
+class SlurmJobPublic(SQLModel):
+    """A Slurm run's job as the scheduler last told it, and the batch script it runs."""
+
+    id: str | None = Field(description="the job id (null: not submitted yet)")
+    state: str | None = Field(description="PENDING, RUNNING, COMPLETED, TIMEOUT, ... (squeue/scontrol)")
+    reason: str | None = Field(description="why a pending job waits (Resources, Priority, ...)")
+    shown: str | None = Field(description='the state with its reason, e.g. "PENDING (Resources)"')
+    time_limit: str | None = Field(description="its own time limit (null: TINYGPT_SLURM_TIME_LIMIT)")
+    script: str | None = Field(description="the batch script submitted (no token in it)")
 
 
 class RunPublic(SQLModel):
@@ -353,6 +405,8 @@ class RunPublic(SQLModel):
     time_to_target: TimeToTarget | None = Field(description="when it first reached target_val_loss (null: not yet)")
     val_bytes_per_token: float | None = Field(description="its validation text's bytes per token")
     best_val_bpb: float | None = Field(description="best_val_loss in bits per byte: comparable across tokenizers")
+    pool: str = Field(description="where it trains: local or slurm")
+    slurm_job: SlurmJobPublic | None = Field(description="its Slurm job (the slurm pool only)")
 
     @classmethod
     def of(cls, run: Run) -> RunPublic:
@@ -369,6 +423,9 @@ class RunPublic(SQLModel):
                                                                   run.target_tokens or 0, run.target_sec or 0,
                                                                   exact=bool(run.target_exact))}
         data["best_val_bpb"] = bits_per_byte(run.best_val_loss, run.val_bytes_per_token)
+        data["slurm_job"] = None if run.pool != Pool.slurm else {
+            "id": run.slurm_job_id, "state": run.slurm_state, "reason": run.slurm_reason, "time_limit": run.time_limit,
+            "shown": slurm_state_text(run.slurm_state, run.slurm_reason), "script": run.job_script}
         return cls.model_validate(data)
 
 

@@ -26,6 +26,7 @@ from ..errors import Conflict, Invalid
 from ..models import (
     Alert,
     EventType,
+    Pool,
     Run,
     RunCreate,
     RunKind,
@@ -51,7 +52,8 @@ Q, RUN, OK, FAIL, CANCEL, CRASH, PRUNE = (RunStatus.queued, RunStatus.running, R
 #: elsewhere; ended when it is imported).
 TRANSITIONS: dict[RunStatus | None, frozenset[RunStatus]] = {
     None: frozenset({Q, RUN, OK, FAIL, CANCEL}),
-    Q: frozenset({RUN, CANCEL}),  # claimed by a worker; cancelled before it started
+    Q: frozenset({RUN, CANCEL, FAIL}),  # claimed by a worker or started by its Slurm job; cancelled before it
+    # started; failed before it started (its Slurm job refused by sbatch, or ended before its trainer reported)
     RUN: frozenset({OK, FAIL, CANCEL, CRASH, PRUNE, Q}),  # its end; or back in the queue (stopped in order)
     CRASH: frozenset({Q}),  # re-queued to resume from its last checkpoint
     OK: frozenset(), FAIL: frozenset(), CANCEL: frozenset(), PRUNE: frozenset(),
@@ -98,16 +100,30 @@ def new_run(session: Session, *, name: str, config: dict, settings: Settings, re
     return run
 
 
+def run_pool(body: RunCreate, settings: Settings) -> Pool:
+    """The pool a submission goes to (422 naming ``pool`` or ``time_limit`` when it cannot)."""
+    pool = Pool(body.pool or settings.default_pool)
+    if pool not in settings.pools:
+        raise Invalid(f"pool {pool} is not set up on this dashboard (pools: {', '.join(settings.pools)}; "
+                      "TINYGPT_SLURM turns the slurm pool on)", field="pool")
+    if body.time_limit is not None and pool != Pool.slurm:
+        raise Invalid("time_limit applies to the slurm pool only (this run goes to the local workers)",
+                      field="time_limit")
+    return pool
+
+
 def check_run(session: Session, *, body: RunCreate, settings: Settings) -> None:
-    """What a run's options need of this machine and its data (the model checks the options themselves)."""
+    """What a run's options need of this machine (of the local pool) and its data (the model checks the options
+    themselves); a Slurm run's devices are the cluster's, asked of it by its job."""
     if body.steps > settings.max_steps:
         raise Invalid(f"steps must be at most {settings.max_steps}", field="steps")
     settings.receiver_policy.check_run_urls(body.notify.urls)
     devices = body.devices()
-    for name in devices:
-        check_device_available(name)
-    check_machine_limits(body, devices)
-    check_memory_fits(body, devices, settings)
+    if run_pool(body, settings) == Pool.local:
+        for name in devices:
+            check_device_available(name)
+        check_machine_limits(body, devices)
+        check_memory_fits(body, devices, settings)
     check_dataset_exists(session, name=body.dataset)
     model = library_config(body).model_config()
     check_context_fits(session, name=body.dataset, context=model.context, vocab_size=model.vocab_size)
@@ -119,7 +135,8 @@ def add_runs(session: Session, *, body: RunCreate, settings: Settings, sweep_id:
     ``group_id``'s); a sweep's trial names its sweep."""
     check_run(session, body=body, settings=settings)
     devices, seeds = body.devices(), body.seed_list()
-    config = body.model_dump(mode="json", exclude={"device", "seeds", "name", "tags"})
+    config = body.model_dump(mode="json", exclude=set(RunCreate.PLACEMENT))
+    pool = run_pool(body, settings)
     if config["target_val_loss"] is None:  # its dataset's, shown with the run's options (the job would find it too)
         config["target_val_loss"] = dataset_target(session, name=body.dataset, configured=None)
     group = group_id or (uuid.uuid4().hex[:12] if len(devices) * len(seeds) > 1 else None)
@@ -130,7 +147,8 @@ def add_runs(session: Session, *, body: RunCreate, settings: Settings, sweep_id:
         return f"{base} [{', '.join(parts)}]" if parts else base
 
     return [new_run(session, name=name(device, seed), config={**config, "seed": seed}, settings=settings,
-                    requested_device=device, tags=body.tags, group_id=group, sweep_id=sweep_id, trial=trial)
+                    requested_device=device, tags=body.tags, group_id=group, sweep_id=sweep_id, trial=trial,
+                    pool=pool, time_limit=body.time_limit)
             for device in devices for seed in seeds]
 
 
@@ -149,6 +167,7 @@ def repeat_run(session: Session, *, run_id: int, count: int, settings: Settings)
     group = group_runs(session, group_id=run.group_id) if run.group_id else [run]
     first_free = max(int(r.config.get("seed", 0)) for r in group) + 1
     body = RunCreate.model_validate({**run.config, "device": run.requested_device, "tags": run.tags,
+                                     "pool": run.pool, "time_limit": run.time_limit,
                                      "seeds": list(range(first_free, first_free + count))})
     run.group_id = run.group_id or uuid.uuid4().hex[:12]
     session.add(run)
@@ -209,8 +228,9 @@ def cancel_run(session: Session, *, run_id: int, settings: Settings) -> Run:
     run = get_run(session, run_id=run_id)
     if RunStatus(run.status).finished:
         raise Conflict(f"run {run_id} has already finished ({run.status})")
-    if run.status == Q:
-        change_status(session, run, CANCEL, settings=settings, finished_at=utcnow())
+    if run.status == Q:  # a Slurm run's pending job is cancelled by its executor (scancel), told by the flag
+        change_status(session, run, CANCEL, settings=settings, finished_at=utcnow(),
+                      cancel_requested=run.slurm_job_id is not None)
     elif trainer_is_silent(run, settings):  # a trainer that comes back is told to stop
         change_status(session, run, CANCEL, settings=settings, finished_at=utcnow(), cancel_requested=True,
                       error="cancelled by request while its trainer was not reporting")

@@ -275,6 +275,12 @@ def overfit_watch(session: Session, *, run_id: int) -> OverfitWatch:
     return OverfitWatch.over((step, val) for step, val in evaluations)
 
 
+def evaluations_after(session: Session, *, run_id: int, step: int) -> list[Metric]:
+    """The run's evaluation rows (a validation loss) after ``step``, in step order."""
+    return list(session.exec(select(Metric).where(Metric.run_id == run_id, col(Metric.val_loss).is_not(None),
+                                                  col(Metric.step) > step).order_by(col(Metric.step))).all())
+
+
 # -- a run's speed --------------------------------------------------------------------------------
 def median_rate(session: Session, *, run_id: int) -> float | None:
     """The median tokens/s over a run's rows (as ``statistics.median``), sorted by the database."""

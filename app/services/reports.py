@@ -17,6 +17,7 @@ from ..errors import Conflict, Invalid
 from ..models import (
     EventType,
     Metric,
+    Pool,
     ReportAck,
     ReportedRunBase,
     ReportedRunCreate,
@@ -67,11 +68,21 @@ def create_reported_run(session: Session, *, body: ReportedRunCreate, settings: 
     return run
 
 
+def takes_reports(run: Run) -> bool:
+    """Whether the run's trainer reports here: a reported run, or a Slurm run's job."""
+    return run.origin == RunOrigin.reported or run.pool == Pool.slurm
+
+
 def reported_run(session: Session, *, run_id: int) -> Run:
     run = get_run(session, run_id=run_id)
-    if run.origin != RunOrigin.reported:
+    if not takes_reports(run):
         raise Conflict(f"run {run_id} is trained by this dashboard's workers; only reported runs take reports")
     return run
+
+
+def trained_here(run: Run) -> bool:
+    """A run of the local workers: its checkpoints are its job's own, never uploaded."""
+    return run.origin == RunOrigin.dashboard and run.pool == Pool.local
 
 
 def apply_report(session: Session, *, run_id: int, items: list[ReportItem], settings: Settings) -> ReportAck:
@@ -96,7 +107,9 @@ def apply_item(session: Session, run: Run, item: ReportItem, settings: Settings)
     if item.kind == "start":
         record_start(session, run, data.model_dump())
         run.device = data.device
-        if RunStatus(run.status).finished:  # resumed after it ended (a crash the dashboard called an end)
+        if run.status == RunStatus.queued:  # a Slurm run: its job has started training
+            change_status(session, run, RunStatus.running, settings=settings, started_at=utcnow())
+        elif RunStatus(run.status).finished:  # resumed after it ended (a crash the dashboard called an end)
             change_status(session, run, RunStatus.running, settings=settings, finished_at=None, error=None)
     elif item.kind == "metric":
         record_metric(session, run, data.model_dump(), settings=settings)
@@ -110,7 +123,10 @@ def apply_item(session: Session, run: Run, item: ReportItem, settings: Settings)
     elif item.kind == "alert" and not has_alert(session, run_id=run.id, kind=data.kind):  # from older trainers
         raise_alert(session, kind=data.kind, message=data.message, settings=settings, run=run)
     elif item.kind == "status" and not RunStatus(run.status).finished:
-        change_status(session, run, RunStatus(data.status), settings=settings, alert=data.alert, error=data.error,
+        # a Slurm trial its sweep pruned stops as a cancel does: its end is the pruner's
+        status = RunStatus.pruned if run.prune_requested and data.status == RunStatus.cancelled else data.status
+        error = None if status == RunStatus.pruned else data.error
+        change_status(session, run, RunStatus(status), settings=settings, alert=data.alert, error=error,
                       stop_reason=data.stop_reason, finished_at=utcnow(), stalled_at=None,
                       disk_bytes=run_disk_bytes(run))
 
@@ -125,7 +141,7 @@ def accept_checkpoint(session: Session, *, run_id: int, upload: Path, seq: int |
     )
 
     run = get_run(session, run_id=run_id)
-    if run.origin == RunOrigin.dashboard:
+    if trained_here(run):
         raise Conflict(f"run {run_id} is trained by this dashboard's workers; its checkpoints are its own")
     if seq is not None and seq <= run.report_seq:
         return ReportAck(applied_seq=run.report_seq, cancel_requested=run.cancel_requested, status=run.status)
@@ -157,7 +173,7 @@ def accept_checkpoint(session: Session, *, run_id: int, upload: Path, seq: int |
 def upload_folder(session: Session, *, run_id: int) -> Path:
     """Where an upload for the run is written while it streams in (the run's folder)."""
     run = get_run(session, run_id=run_id)
-    if run.origin == RunOrigin.dashboard:
+    if trained_here(run):
         raise Conflict(f"run {run_id} is trained by this dashboard's workers; its checkpoints are its own")
     folder = Path(run.out_dir)
     folder.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ cancel) and once when the sweep is created.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -229,6 +230,22 @@ def target_reached_by(session: Session, sweep: Sweep, trials: list[Run]) -> Run 
             if value is not None and value <= metric["target"]:
                 return run
     return None
+
+
+def report_evaluation(session: Session, *, study: Any, sweep_id: int, trial: int, run_id: int, step: int,
+                      val_loss: float, train_loss: float, eval_every: int) -> bool:
+    """A trial's evaluation to its study (the pruner's resource: evaluations so far) and the sweep's ``trial``
+    event; True when the pruner says stop, with the run's log line saying so (uncommitted). Called by a local
+    trial's job at each evaluation, and by the Slurm executor for the rows its trials report."""
+    evaluation = -(-step // eval_every)
+    prune = studies.report(study, trial, val_loss, evaluation)
+    record_event(session, run_id=None, sweep_id=sweep_id, type=EventType.trial,
+                 data={"kind": "pruned" if prune else "evaluated", "run_id": run_id, "trial": trial, "step": step,
+                       "val_loss": val_loss, "train_loss": train_loss, "at": time.time()})  # at: the latency benchmark
+    if prune:
+        record_event(session, run_id=run_id, type=EventType.log,
+                     data={"message": f"pruned by the sweep at step {step} (val {val_loss:.4f}): stopping"})
+    return prune
 
 
 def settle_running_sweeps(session: Session, *, settings: Settings) -> None:

@@ -16,7 +16,7 @@ from tinygpt.records import unreached_line
 from tinygpt.run_config import MODEL_OVERRIDES, TrainConfig
 
 from ..deps import RunId, SessionDep, SettingsDep
-from ..errors import AppError, Invalid
+from ..errors import AppError, Invalid, NotFound
 from ..models import (
     FINISHED,
     TRAINING_OPTIONS,
@@ -58,7 +58,7 @@ def recipe_form_values() -> dict[str, dict[str, Any]]:
 
 
 CHECKBOXES = tuple(name for name, field in RunCreate.model_fields.items() if field.annotation is bool)
-NULLABLE = tuple(name for name, spec in TRAINING_OPTIONS.items() if spec.none is not None) + ("name",)
+NULLABLE = tuple(name for name, spec in TRAINING_OPTIONS.items() if spec.none is not None) + ("name", "time_limit")
 
 
 def form_groups(settings: Settings) -> list[dict]:
@@ -145,6 +145,7 @@ def form_context(session: SessionDep, settings: SettingsDep, values: dict, error
         "gpu_available": any(d["device"].startswith("cuda") and d["available"] for d in devices),
         "max_upload_mb": settings.max_upload_mb, "speed_estimates": bench_svc.speed_estimates(session),
         "groups": form_groups(settings), "alerts": list(Alert), "run_webhooks": settings.run_webhooks,
+        "pools": settings.pools, "default_pool": settings.default_pool, "slurm_time_limit": settings.slurm_time_limit,
     }
 
 
@@ -159,7 +160,8 @@ def new_run_page(request: Request, session: SessionDep, settings: SettingsDep,
         values.update(with_recipe({"recipe": recipe}))
     if from_ is not None:  # "run again": the form prefilled from an earlier run
         run = svc.get_run(session, run_id=from_)
-        values.update(shown_config(run.config), device=run.requested_device, name=f"{run.name} (again)", tags=run.tags)
+        values.update(shown_config(run.config), device=run.requested_device, name=f"{run.name} (again)", tags=run.tags,
+                      pool=run.pool, time_limit=run.time_limit)
     return render(request, "new.html", **form_context(session, settings, values, {}))
 
 
@@ -226,7 +228,7 @@ async def upload_from_form(request: Request, session: SessionDep, settings: Sett
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
-def run_page(run_id: RunId, request: Request, session: SessionDep) -> Response:
+def run_page(run_id: RunId, request: Request, session: SessionDep, settings: SettingsDep) -> Response:
     run = svc.get_run(session, run_id=run_id)
     if run.kind == RunKind.benchmark:
         return RedirectResponse(app_url(request, f"/benchmarks/{run_id}"), status_code=303)
@@ -237,8 +239,18 @@ def run_page(run_id: RunId, request: Request, session: SessionDep) -> Response:
                   run_json={**public.model_dump(mode="json"), "rendered_event_id": shown_up_to},
                   samples=svc.run_samples(session, run_id=run_id), config_rows=config_rows(public),
                   can_query_model=may_query_model(request), export_refusal=model_export.refusal(run.config),
+                  default_time_limit=settings.slurm_time_limit,
                   target_waiting=unreached_line(run.target_val_loss, finished=run.status in FINISHED)
                   if run.target_val_loss else None)
+
+
+@router.get("/partials/runs/{run_id}/slurm", response_class=HTMLResponse)
+def slurm_job_partial(run_id: RunId, request: Request, session: SessionDep, settings: SettingsDep) -> Response:
+    """A Slurm run's job line and script (the run page polls it while the run waits or runs)."""
+    run = RunPublic.of(svc.get_run(session, run_id=run_id))
+    if run.slurm_job is None:
+        raise NotFound(f"run {run_id} is not a Slurm run")
+    return render(request, "_slurm_job.html", run=run, default_time_limit=settings.slurm_time_limit)
 
 
 @router.post("/partials/runs/{run_id}/repeat", response_class=HTMLResponse)
