@@ -154,7 +154,7 @@ class SlurmExecutor:
                           error=f"cancelled while its Slurm job waited ({shown_state(info)})")
 
     def end_run(self, session: Session, run: Run, info: JobInfo) -> None:
-        if info.state != GONE:
+        if info.state != GONE and info.exit_code is None:
             info = JobInfo(info.job_id, info.state, info.reason, scheduler.exit_code(info.job_id, self.env))
         end = run_end(info, time_limit=run.time_limit or self.settings.slurm_time_limit, step=run.last_step,
                       has_last=(Path(run.out_dir) / "last.pt").exists(), cancel_requested=run.cancel_requested,

@@ -53,6 +53,30 @@ def job_infos(job_ids: list[str], env: dict[str, str]) -> dict[str, JobInfo]:
     for line in done.stdout.splitlines():
         job_id, state, reason = (line.split("|") + ["", ""])[:3]
         infos[job_id] = JobInfo(job_id, state, None if reason in ("None", "") else reason)
+    missing = [job_id for job_id in job_ids if job_id not in infos]
+    return {**infos, **accounted_jobs(missing, env)} if missing else infos
+
+
+def accounted_jobs(job_ids: list[str], env: dict[str, str]) -> dict[str, JobInfo]:
+    """Ended jobs the controller has forgotten (after ``MinJobAge``), from Slurm's accounting (``sacct``) where
+    the cluster keeps it; none where it does not (``accounting_storage/none``: sacct refuses)."""
+    done = run_command(["sacct", "-n", "-P", "-X", "-o", "JobIDRaw,State,ExitCode", "-j", ",".join(job_ids)], env,
+                       check=False)
+    return parse_sacct(done.stdout) if done.returncode == 0 else {}
+
+
+def parse_sacct(text: str) -> dict[str, JobInfo]:
+    r"""``sacct -n -P -X -o JobIDRaw,State,ExitCode`` lines as job infos (a state such as ``CANCELLED by 1000``
+    is its first word).
+
+    >>> parse_sacct("41|TIMEOUT|0:15\n42|CANCELLED by 1000|0:0\n")["42"]
+    JobInfo(job_id='42', state='CANCELLED', reason=None, exit_code='0:0')
+    """
+    infos = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) >= 3 and parts[1]:
+            infos[parts[0]] = JobInfo(parts[0], parts[1].split()[0], None, parts[2] or None)
     return infos
 
 
