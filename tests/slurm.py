@@ -147,6 +147,16 @@ class SlurmCluster:
         return "\n".join(tails)
 
     def stop(self) -> None:
+        """Cancel the jobs left (their slurmstepd would outlive the daemons), then stop the daemons."""
+        try:
+            jobs = self.command("squeue", "-h", "-o", "%i").split()
+            if jobs:
+                self.command("scancel", *jobs, check=False)
+                deadline = time.monotonic() + 30
+                while self.command("squeue", "-h", "-o", "%i", check=False) and time.monotonic() < deadline:
+                    time.sleep(0.5)
+        except (RuntimeError, subprocess.TimeoutExpired):
+            pass  # the controller is gone already: the daemons are stopped below all the same
         for p in reversed(self.processes):
             p.terminate()
         for p in reversed(self.processes):
