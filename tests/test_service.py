@@ -443,7 +443,10 @@ def test_four_workers_run_sixteen_queued_runs_exactly_once(tmp_path, slice_path,
     RUNS = 16  # four each, if shared out evenly  # noqa: N806
     url = postgres.create_database()
     # warm job processes, as a worker has by default (each job starts without importing torch: 8% faster here)
-    home = make_home(tmp_path, slice_path, warm_cache, TINYGPT_DATABASE_URL=url, TINYGPT_WARM_JOBS="true")
+    # the default stale limit (the tests' 4 s is for crash tests): eight processes importing torch at once on two
+    # cores may hold a heartbeat back a few seconds, and this test is about claims, not crash detection
+    home = make_home(tmp_path, slice_path, warm_cache, TINYGPT_DATABASE_URL=url, TINYGPT_WARM_JOBS="true",
+                     TINYGPT_STALE_AFTER_SEC="10")
     app = AppServer(home)
     workers = []
     try:

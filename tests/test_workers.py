@@ -31,7 +31,8 @@ def test_more_workers_on_one_machine_never_take_a_healthy_run(tmp_path, slice_pa
     workers = [Worker(home, None, log_name="first")]
     try:
         with app.client() as c:
-            run = create(c, steps=100, eval_every=50)
+            # long enough to be training while two more workers start (each imports, registers, polls)
+            run = create(c, steps=400, eval_every=200)
             wait_for(lambda: c.get(f"/api/runs/{run['id']}").json()["last_step"] >= 5, timeout=120, message="step 5")
             for name in ("second", "third"):
                 workers.append(Worker(home, None, log_name=name))
