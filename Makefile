@@ -45,7 +45,7 @@ test: lint chromium postgresql
 	$(PY) -m pytest -q --durations=20
 
 # The slow tests: faults (kills, full disk, ...), API fuzzing, load, scale-out, long trainings, a real
-# single-node Slurm (about 45 minutes on 2 cores); CI runs them after `make test`.
+# single-node Slurm (about 28 minutes on 2 cores); CI runs them after `make test`.
 test-slow: install chromium postgresql slurm
 	$(PY) -m pytest -q -m "slow and not gpu" --durations=20
 
@@ -53,7 +53,7 @@ test-slow: install chromium postgresql slurm
 test-scale: install postgresql
 	$(PY) -m pytest -q -m scale
 
-# The Slurm executor against a real single-node Slurm (about 6 minutes); CI runs it with `make test-slow`.
+# The Slurm executor against a real single-node Slurm (about 4 minutes); CI runs it with `make test-slow`.
 test-slurm: install slurm
 	$(PY) -m pytest -q -m slurm
 
