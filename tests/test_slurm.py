@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .service_helpers import TINY, AppServer, Home, Proc, Service, Worker, make_home, wait_for
+from .service_helpers import TINY, AppServer, Home, Proc, Service, Worker, create, make_home, wait_for
 from .slurm import PARTITION, SlurmCluster, slurm_installed
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
@@ -66,9 +66,7 @@ def client(service: Service):  # noqa: ANN201
 
 
 def submit(client: httpx.Client, **body: object) -> dict:
-    response = client.post("/api/runs", json={**RUN, **body})
-    assert response.status_code == 201, response.text
-    return response.json()[0]
+    return create(client, **{**RUN, **body})
 
 
 def run_of(client: httpx.Client, run_id: int) -> dict:

@@ -25,7 +25,7 @@ from sqlalchemy import or_, update
 from sqlmodel import Session, col, select
 
 from app.db import init_db, session_scope
-from app.models import EventType, Pool, Run, RunStatus, utcnow
+from app.models import EventType, Pool, Run, RunStatus, slurm_state_text, utcnow
 from app.services import study as studies
 from app.services.datasets import dataset_path
 from app.services.events import record_event
@@ -38,7 +38,7 @@ from tinygpt.stop_signals import set_on_signals
 
 from . import scheduler
 from .batch_script import batch_script
-from .job_states import ACTIVE, GONE, SUBMITTING, WAITING, run_end, shown_state
+from .job_states import ACTIVE, GONE, SUBMITTING, WAITING, run_end
 from .scheduler import JobInfo, SlurmError
 
 log = logging.getLogger("slurm-executor")
@@ -123,7 +123,7 @@ class SlurmExecutor:
             run.slurm_state, run.slurm_reason = info.state, info.reason
             session.add(run)
             record_event(session, run_id=run.id, type=EventType.log,
-                         data={"message": f"Slurm job {info.job_id}: {shown_state(info)}"})
+                         data={"message": f"Slurm job {info.job_id}: {slurm_state_text(info.state, info.reason)}"})
         if info.state in ACTIVE:
             self.ended_at.pop(info.job_id, None)
             if run.cancel_requested and info.job_id not in self.cancelled:
@@ -131,7 +131,7 @@ class SlurmExecutor:
             elif run.status == RunStatus.running and info.state in WAITING:
                 change_status(session, run, RunStatus.queued, settings=self.settings, stalled_at=None)
                 record_event(session, run_id=run.id, type=EventType.log, data={
-                    "message": f"requeued by Slurm ({shown_state(info)}): it resumes from last.pt"})
+                    "message": f"requeued by Slurm ({slurm_state_text(info.state, info.reason)}): it resumes from last.pt"})
             return
         if RunStatus(run.status).finished:
             return
@@ -151,7 +151,7 @@ class SlurmExecutor:
                      data={"message": f"scancel {info.job_id}: cancel asked on the dashboard"})
         if run.status == RunStatus.queued:  # it never started: nothing will report
             change_status(session, run, RunStatus.cancelled, settings=self.settings, finished_at=utcnow(),
-                          error=f"cancelled while its Slurm job waited ({shown_state(info)})")
+                          error=f"cancelled while its Slurm job waited ({slurm_state_text(info.state, info.reason)})")
 
     def end_run(self, session: Session, run: Run, info: JobInfo) -> None:
         if info.state != GONE and info.exit_code is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.models import RunStatus, slurm_state_text
+from app.models import RunStatus
 
 from .scheduler import JobInfo
 
@@ -40,15 +40,6 @@ ENDED_WORDS = {
 class RunEnd:
     status: RunStatus
     error: str | None  # None: an end that is no error (a trial its sweep pruned)
-
-
-def shown_state(info: JobInfo) -> str:
-    """e.g. ``PENDING (Resources)`` (``app.models.slurm_state_text``).
-
-    >>> shown_state(JobInfo("7", "PENDING", "Resources")), shown_state(JobInfo("7", "RUNNING", None))
-    ('PENDING (Resources)', 'RUNNING')
-    """
-    return slurm_state_text(info.state, info.reason) or info.state
 
 
 def run_end(info: JobInfo, *, time_limit: str, step: int, has_last: bool, cancel_requested: bool,
