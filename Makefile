@@ -51,9 +51,11 @@ test: lint chromium postgresql
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=20
 
 # The slow tests: faults (kills, full disk, ...), API fuzzing, load, scale-out, long trainings, a real
-# single-node Slurm (about 28 minutes on 2 cores); CI runs them after `make test`.
+# single-node Slurm (about 17 minutes on 2 cores: two pytest processes, then the load test by itself);
+# CI runs them after `make test`.
 test-slow: install chromium postgresql slurm
-	$(PY) -m pytest -q -m "slow and not gpu" --durations=20
+	$(PY) -m pytest -q -m "slow and not gpu and not alone" -n 2 --dist loadfile --durations=20
+	$(PY) -m pytest -q -m "slow and not gpu and alone" --durations=5
 
 # Scale-out: 4 workers against 16 queued runs on PostgreSQL (about a minute); CI runs it with `make test-slow`.
 test-scale: install postgresql

@@ -28,7 +28,7 @@ from benchmarks.bench_load import (
     training_site,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 
 def test_read_api_at_200_per_second_and_200_streams_while_a_run_trains():
