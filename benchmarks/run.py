@@ -18,7 +18,7 @@ import json
 import math
 from pathlib import Path
 
-from tinygpt.device import cpu_summary
+from tinygpt.device import cpu_has_bf16, cpu_summary
 
 from . import (
     bench_alerts,
@@ -38,6 +38,9 @@ from .common import ROOT, machine
 
 RESULTS = ROOT / "benchmarks" / "results.json"
 GPU_RESULTS = ROOT / "benchmarks" / "gpu_results.json"  # from scripts/gpu_check.sh on a GPU machine
+# the train suite on a CPU with bf16 units (AVX512-BF16 or AMX), when the page's own machine has none:
+# `python -m benchmarks.run --only train --cpu-bf16` there
+CPU_BF16_RESULTS = ROOT / "benchmarks" / "cpu_bf16_results.json"
 SUITES = {
     "tokenizer": bench_tokenizer.run,
     "train": bench_train.run,
@@ -279,6 +282,51 @@ def history_section(hi: dict, before: dict | None) -> list[str]:
     return lines + [""]
 
 
+def train_section(tr: dict, cpu_line: str, heading: str) -> list[str]:
+    """The train suite's section: each variant's tokens/s against the plain loop, the goal of this kind of CPU
+    (AVX2: the fp32 step at least 1.3x the plain loop; bf16 units: precision auto at least 2.5x), compile, profile."""
+    lines = [
+        heading,
+        "",
+        "| variant | tokens/s | ratio to the plain loop |",
+        "|---|---|---|",
+    ]
+    for name, tps in tr["tokens_per_sec"].items():
+        lines.append(f"| {name} | {tps:,.0f} | {tr['ratio_vs_plain'][name]:.2f} |")
+    bf16_units = "bf16 in hardware" in cpu_line
+    goal_variant, goal, goal_cpu = (("project_auto(bf16)", 2.5, "a CPU with AVX512-BF16 or AMX") if bf16_units
+                                    else ("project_fp32", 1.3, "an AVX2 CPU"))
+    ratio = tr["ratio_vs_plain"].get(goal_variant)
+    lines += [
+        "",
+        f"CPU flags: {cpu_line}. Each variant trains in a process of its own, as a run does. The project's training"
+        " processes keep freed memory in their heap (`tinygpt.device.keep_freed_memory`, glibc's `mallopt`): a plain"
+        " process maps each tensor over 32 MiB afresh (a step's logits, their gradient, the attention scores) and"
+        " faults its pages in again, about 480,000 page faults a holmes batch-32 step here.",
+    ] + ([f"The series' own step ({goal_variant}): **{ratio:.2f}x the plain fp32 loop** (goal on {goal_cpu}: at"
+          f" least {goal}x: {'met' if ratio >= goal else 'NOT met'})."] if ratio else []) + [
+        "",
+        f"Precision `auto` resolved to **{tr['auto_precision']}** on this CPU (bf16 autocast is chosen only"
+        " when the CPU has bf16 units and a timed probe finds bf16 matrix products faster than fp32)."
+        + ("" if bf16_units else
+           " The bf16 speed-up needs a CPU with AVX512-BF16 or AMX, where `auto` resolves to bf16; this one has"
+           " neither, so its bf16 would be emulated and slower."),
+        f"`torch.compile` (the run option `compile`) spent {tr['first_step_s']['project_fp32_compiled']:.0f} s"
+        " compiling on its first step, so "
+        + (f"it pays off after about {tr['compile_break_even_steps']:.0f} steps"
+           if math.isfinite(tr["compile_break_even_steps"]) else "with no faster step it never pays off here")
+        + " (a run's option, off by default; the figures above exclude that first step).",
+        "",
+        "Where an fp32 step's CPU time goes (torch.profiler, self time of one step):",
+        "",
+        "| work | share |",
+        "|---|---|",
+    ]
+    lines += [f"| {name} | {share:.0%} |" for name, share in tr["profile"].items()]
+    lines.append("")
+    return lines
+
+
 def render(results: dict, machine_line: str, cpu_line: str, date: str) -> str:
     lines = [
         "# Benchmarks",
@@ -311,43 +359,10 @@ def render(results: dict, machine_line: str, cpu_line: str, date: str) -> str:
             "",
         ]
     if tr := results.get("train"):
-        lines += [
-            f"## Training step ({tr['preset']} preset, batch {tr['batch_size']} x 256 tokens, CPU)",
-            "",
-            "| variant | tokens/s | ratio to the plain loop |",
-            "|---|---|---|",
-        ]
-        for name, tps in tr["tokens_per_sec"].items():
-            lines.append(f"| {name} | {tps:,.0f} | {tr['ratio_vs_plain'][name]:.2f} |")
-        fp32_ratio = tr["ratio_vs_plain"].get("project_fp32")
-        lines += [
-            "",
-            "Each variant trains in a process of its own, as a run does. The project's training processes keep"
-            " freed memory in their heap (`tinygpt.device.keep_freed_memory`, glibc's `mallopt`): a plain process"
-            " maps each tensor over 32 MiB afresh (a step's logits, their gradient, the attention scores) and"
-            " faults its pages in again, about 480,000 page faults a holmes batch-32 step here.",
-        ] + ([f"The series' own fp32 step: **{fp32_ratio:.2f}x the plain fp32 loop** (goal on an AVX2 CPU: at"
-              f" least 1.3x: {'met' if fp32_ratio >= 1.3 else 'NOT met'})."] if fp32_ratio else []) + [
-            "",
-            f"Precision `auto` resolved to **{tr['auto_precision']}** on this CPU (bf16 autocast is chosen only"
-            " when the CPU has bf16 units and a timed probe finds bf16 matrix products faster than fp32)."
-            + ("" if "bf16 in hardware" in cpu_line else
-               " The bf16 speed-up needs a CPU with AVX512-BF16 or AMX (there `auto` resolves to bf16; measured"
-               " 3,250 against 1,600 tokens/s in fp32 at batch 32, 2.0-2.2x the plain fp32 loop); this one has"
-               " neither, so its bf16 would be emulated and slower."),
-            f"`torch.compile` (the run option `compile`) spent {tr['first_step_s']['project_fp32_compiled']:.0f} s"
-            " compiling on its first step, so "
-            + (f"it pays off after about {tr['compile_break_even_steps']:.0f} steps"
-               if math.isfinite(tr["compile_break_even_steps"]) else "with no faster step it never pays off here")
-            + " (a run's option, off by default; the figures above exclude that first step).",
-            "",
-            "Where an fp32 step's CPU time goes (torch.profiler, self time of one step):",
-            "",
-            "| work | share |",
-            "|---|---|",
-        ]
-        lines += [f"| {name} | {share:.0%} |" for name, share in tr["profile"].items()]
-        lines.append("")
+        lines += train_section(tr, cpu_line, f"## Training step ({tr['preset']} preset, batch {tr['batch_size']} x 256 tokens, CPU)")
+    if CPU_BF16_RESULTS.exists():
+        bf = json.loads(CPU_BF16_RESULTS.read_text())
+        lines += train_section(bf["train"], bf["cpu"], f"## Training step on a CPU with bf16 units: {bf['machine']} ({bf['date']})")
     if sm := results.get("sample"):
         lines += [
             f"## Sampling ({sm['preset']} preset, {sm['new_tokens']} new tokens, CPU, fp32)",
@@ -528,6 +543,22 @@ def render(results: dict, machine_line: str, cpu_line: str, date: str) -> str:
     return "\n".join(lines)
 
 
+def record_cpu_bf16(out: Path) -> None:
+    """``--cpu-bf16``: the train suite on this CPU with bf16 units, kept apart from results.json (another machine's),
+    then the page rewritten from both."""
+    if not cpu_has_bf16():
+        raise SystemExit(f"benchmarks.run: --cpu-bf16 needs a CPU with AVX512-BF16 or AMX; this one: {cpu_summary()}")
+    m, cpu = machine(), cpu_summary()
+    print(f"{m}\nCPU flags: {cpu}\nrunning train ...", flush=True)
+    train = SUITES["train"]()
+    print(json.dumps(train, indent=2), flush=True)
+    date = datetime.date.today().isoformat()
+    CPU_BF16_RESULTS.write_text(json.dumps({"machine": m, "cpu": cpu, "date": date, "train": train}, indent=2) + "\n")
+    saved = json.loads(RESULTS.read_text())
+    out.write_text(render(saved["results"], saved["machine"], saved["cpu"], saved["date"]))
+    print(f"wrote {CPU_BF16_RESULTS} and {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default=",".join(SUITES))
@@ -535,7 +566,12 @@ def main() -> None:
     ap.add_argument("--render-only", action="store_true", help="rewrite the page from results.json, measuring nothing")
     ap.add_argument("--speedrun-seeds", default="1337,1,2", help="the fast recipe's seeds in the speedrun suite "
                     "(each trains to the target: about 40 minutes of a 2-core CPU)")
+    ap.add_argument("--cpu-bf16", action="store_true", help="on a CPU with bf16 units, other than the page's machine:"
+                    f" measure the train suite into {CPU_BF16_RESULTS.relative_to(ROOT)} and keep the page's other figures")
     args = ap.parse_args()
+    if args.cpu_bf16:
+        record_cpu_bf16(args.out)
+        return
     SUITES["speedrun"] = functools.partial(bench_speedrun.run, seeds=tuple(int(s) for s in args.speedrun_seeds.split(",")))
     saved = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     if args.render_only:
