@@ -72,7 +72,7 @@ test-all: install chromium postgresql slurm
 # `make test` + `make test-slow`, so not part of CI. Prints the report; coverage.json keeps the figures.
 coverage: install chromium postgresql slurm
 	rm -f .coverage .coverage.*
-	-$(VENV)/bin/coverage run -m pytest -q -m "not gpu" -p no:cacheprovider
+	-$(VENV)/bin/coverage run -m pytest -q -m "not gpu" -n 2 --dist loadfile -p no:cacheprovider
 	$(VENV)/bin/coverage combine -q
 	$(VENV)/bin/coverage report --precision=1 | tail -n 1
 	$(VENV)/bin/coverage json -q -o coverage.json
