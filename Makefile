@@ -45,8 +45,9 @@ slurm:
 # of one default suite) and failed timed waits. `make run` and `make bench` leave OpenMP as it is.
 test test-slow test-scale test-slurm test-all coverage: export OMP_WAIT_POLICY = PASSIVE
 
-# The default suite (under 15 minutes on 2 cores; 5 min 41 s measured): everything but the tests marked slow or gpu,
-# on two pytest processes, a test file each at a time (the file's fixtures: a shared app, a session's tokenizer).
+# The default suite (under 15 minutes on 2 cores: 322-343 s on fresh clones here, about 7 minutes with the set-up):
+# everything but the tests marked slow or gpu, on two pytest processes, a test file each at a time (so that a file's
+# fixtures, such as its shared app, start once).
 test: lint chromium postgresql
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=20
 
