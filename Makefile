@@ -44,18 +44,19 @@ slurm:
 # the jobs they start on two cores, spinning threads took 40% more CPU time (user 11 min 11 s against 8 min 2 s
 # of one default suite) and failed timed waits. `make run` and `make bench` leave OpenMP as it is.
 test test-slow test-scale test-slurm test-all coverage: export OMP_WAIT_POLICY = PASSIVE
+# two pytest processes, a test file each at a time (so that a file's fixtures, such as its shared app, start once)
+TWO_PROCESSES := -n 2 --dist loadfile
 
 # The default suite (under 15 minutes on 2 cores: 322-343 s on fresh clones here, about 7 minutes with the set-up):
-# everything but the tests marked slow or gpu, on two pytest processes, a test file each at a time (so that a file's
-# fixtures, such as its shared app, start once).
+# everything but the tests marked slow or gpu, on two pytest processes.
 test: lint chromium postgresql
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=20
+	$(PY) -m pytest -q $(TWO_PROCESSES) --durations=20
 
 # The slow tests: faults (kills, full disk, ...), API fuzzing, load, scale-out, long trainings, a real
-# single-node Slurm (about 17 minutes on 2 cores: two pytest processes, then the load test by itself);
+# single-node Slurm (about 16 minutes on 2 cores: two pytest processes, then the load test by itself);
 # CI runs them after `make test`.
 test-slow: install chromium postgresql slurm
-	$(PY) -m pytest -q -m "slow and not gpu and not alone" -n 2 --dist loadfile --durations=20
+	$(PY) -m pytest -q -m "slow and not gpu and not alone" $(TWO_PROCESSES) --durations=20
 	$(PY) -m pytest -q -m "slow and not gpu and alone" --durations=5
 
 # Scale-out: 4 workers against 16 queued runs on PostgreSQL (about a minute); CI runs it with `make test-slow`.
@@ -73,7 +74,7 @@ test-all: install chromium postgresql slurm
 # `make test` + `make test-slow`, so not part of CI. Prints the report; coverage.json keeps the figures.
 coverage: install chromium postgresql slurm
 	rm -f .coverage .coverage.*
-	-$(VENV)/bin/coverage run -m pytest -q -m "not gpu" -n 2 --dist loadfile -p no:cacheprovider
+	-$(VENV)/bin/coverage run -m pytest -q -m "not gpu" $(TWO_PROCESSES) -p no:cacheprovider
 	$(VENV)/bin/coverage combine -q
 	$(VENV)/bin/coverage report --precision=1 | tail -n 1
 	$(VENV)/bin/coverage json -q -o coverage.json

@@ -76,7 +76,11 @@ def start_tinygpt(*args: object, env: dict | None = None, module: str = "app.cli
 def run_tinygpt(*args: object, env: dict | None = None, module: str = "app.cli", cwd: Path = ROOT,
                 timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess:
     """:func:`start_tinygpt` to its end; ``check``: fail the test on a non-zero exit, showing its output."""
-    proc = start_tinygpt(*args, env=env, module=module, cwd=cwd)
+    return finished(start_tinygpt(*args, env=env, module=module, cwd=cwd), timeout=timeout, check=check)
+
+
+def finished(proc: subprocess.Popen, *, timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess:
+    """A :func:`start_tinygpt` process waited for (killed past ``timeout``), as :func:`run_tinygpt` returns it."""
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
 
 import httpx
 
-from .service_helpers import AppServer, Worker, checked, make_home, read_events, start_tinygpt
+from .service_helpers import AppServer, Worker, finished, make_home, read_events, start_tinygpt
 
 CHOSEN = {  # a value other than the default in every group of the declaration
     "preset": "tiny", "arch": "classic", "dropout": "0.05",  # model
@@ -45,8 +44,7 @@ def test_form_and_command_line_make_the_same_run(tmp_path, slice_path, warm_cach
     finally:
         worker.stop()
         app.stop()
-    stdout, stderr = command.communicate(timeout=300)
-    checked(subprocess.CompletedProcess(command.args, command.returncode, stdout, stderr), check=True)
+    finished(command, check=True)
     dashboard = json.loads((home.path / "runs" / "1" / "config.json").read_text())
     command_line = json.loads((out / "config.json").read_text())
     assert dashboard["train"] == command_line["train"]
