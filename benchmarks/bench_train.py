@@ -115,7 +115,7 @@ def break_even(compile_s: float, tokens_per_step: int, eager_tps: float, compile
 
 CATEGORIES = {  # profiler op name -> where the time goes
     "matrix products": ("aten::mm", "aten::addmm", "aten::bmm"),
-    "dropout masks (random numbers)": ("aten::bernoulli_",),
+    "dropout masks (random numbers)": ("aten::bernoulli_", "aten::random_", "aten::ge"),  # tinygpt/dropout.py
     "cross-entropy over the logits": ("aten::_log_softmax", "aten::_log_softmax_backward_data", "aten::nll_loss"),
     "attention softmax and masking": ("aten::_softmax", "aten::_softmax_backward_data", "aten::where",
                                       "aten::isneginf", "aten::all", "aten::_safe_softmax"),

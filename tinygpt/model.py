@@ -1,7 +1,8 @@
 """The GPT: one :class:`~tinygpt.config.GPTConfig` drives everything.
 
 Pre-norm transformer blocks, tied input/output embedding, causal attention through
-``F.scaled_dot_product_attention``. Architecture switches:
+``F.scaled_dot_product_attention`` (on a CPU, dropout's masks come from :mod:`tinygpt.dropout`: cheaper
+than PyTorch's there). Architecture switches:
 
 - ``pos``: ``rope`` (rotary, precomputed cos/sin tables) or ``learned`` (absolute embedding)
 - ``norm``: ``layernorm`` or ``rmsnorm``
@@ -26,6 +27,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint as activation_checkpoint
 
 from .config import GPTConfig
+from .dropout import Dropout, causal_attention
 
 
 class Linear(nn.Linear):
@@ -142,9 +144,7 @@ class CausalSelfAttention(nn.Module):
         if cache is not None:
             k, v = cache.update(self.layer, k, v, start_pos)  # (B, heads, start+T, head_dim)
         if cache is None or start_pos == 0:
-            y = F.scaled_dot_product_attention(
-                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
-            )
+            y = causal_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)
         elif T == 1:
             y = F.scaled_dot_product_attention(q, k, v)  # one new query sees every cached key
         else:
@@ -181,7 +181,7 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention(config, layer)
         self.norm2 = make_norm(config)
         self.mlp = MLP(config)
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, rope: Rope | None, cache: KVCache | None = None, start_pos: int = 0) -> torch.Tensor:
         if cache is not None:  # decoding: eval mode, no dropout, skip the module calls
@@ -197,7 +197,7 @@ class GPT(nn.Module):
         self.config = config
         self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
         self.pos_emb = nn.Embedding(config.context, config.d_model) if config.pos == "learned" else None
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layers))
         self.norm_f = make_norm(config)
         self.head = Linear(config.d_model, config.vocab_size, bias=False)
