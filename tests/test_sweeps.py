@@ -114,9 +114,10 @@ def test_a_hopeless_trial_is_pruned_before_its_last_step(service):
     ({"method": "hyperopt"}, ["method"], "Value error, method must be one of grid, random, bayes"),
     ({"method": "random"}, ["run_cap"], "run_cap is required for a random sweep (it would never end)"),
     ({"parameters": {"lr": {"min": 1e-4, "max": 1e-2}}}, ["parameters", "lr"],
-     "a grid sweep needs a list of values, not a range"),
+     "a grid sweep takes values, int_uniform or q_uniform (as W&B's grid does), not uniform"),
     ({"parameters": {"batch_size": {"min": 4, "max": 8.5}}, "method": "random", "run_cap": 2},
-     ["parameters", "batch_size"], "batch_size takes whole numbers: use int_uniform or values"),
+     ["parameters", "batch_size"], "batch_size takes whole numbers: use int_uniform, values, or a q_ distribution "
+                                  "with a whole q"),
     ({"base": {**BASE, "steps": 0}}, ["base", "steps"], "steps must be in [1, 10000000], got 0"),
     ({"early_terminate": {"type": "bohb"}}, ["early_terminate", "type"],
      "Value error, early_terminate type must be one of hyperband, median"),

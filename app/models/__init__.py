@@ -65,9 +65,9 @@ from .runs import (
     slurm_state_text,
 )
 from .sessions import BrowserSession
+from .sweep_distributions import DISTRIBUTIONS
 from .sweeps import (
     EARLY_TERMINATE,
-    PARAMETER_DISTRIBUTIONS,
     SWEEP_ENDED,
     SWEEP_METHODS,
     SWEEP_METRICS,
@@ -119,7 +119,7 @@ __all__ = [
     "SWEEP_ENDED",
     "SWEEP_METHODS",
     "SWEEP_METRICS",
-    "PARAMETER_DISTRIBUTIONS",
+    "DISTRIBUTIONS",
     "EARLY_TERMINATE",
     "SweepMetric",
     "SweepParameter",

@@ -12,6 +12,7 @@ from sqlalchemy import JSON, Column
 from sqlmodel import Field, SQLModel
 
 from .common import InputModel, utcnow
+from .sweep_distributions import DISTRIBUTIONS, filled
 
 
 def one_of(what: str, choices: Iterable[str]) -> AfterValidator:
@@ -42,7 +43,6 @@ SWEEP_METRICS = {  # the objective, always minimised
     "time_to_target": "training seconds until the validation loss first reached the run's target_val_loss (a "
                       "trial that never reaches it ranks after every one that does, the closer first)",
 }
-PARAMETER_DISTRIBUTIONS = ("categorical", "constant", "uniform", "int_uniform", "log_uniform_values", "q_uniform")
 EARLY_TERMINATE = ("hyperband", "median")
 #: Keys of a W&B sweep configuration that have no meaning here, refused with what they are for in W&B.
 WANDB_ONLY = {"program": "the script its agent runs", "command": "how its agent calls that script",
@@ -66,28 +66,27 @@ class SweepMetric(InputModel):
 
 
 class SweepParameter(InputModel):
-    """One option to vary, as in a W&B sweep: ``value``, ``values``, or ``min``/``max`` with a ``distribution``."""
+    """One option to vary, as in a W&B sweep: ``value``, ``values`` (with ``probabilities`` or not), or a
+    ``distribution`` with its keys (``min``/``max``, ``mu``/``sigma``, ``a``/``b``, ``q``), each with its W&B
+    meaning and defaults (:mod:`.sweep_distributions`). The stored parameter names its distribution and the
+    defaults it used."""
 
     value: Any = None
     values: list[Any] | None = Field(default=None, min_length=1, max_length=100)
+    probabilities: list[float] | None = Field(default=None, min_length=1, max_length=100)
     min: int | float | None = None  # ints stay ints (int_uniform's bounds)
     max: int | float | None = None
-    distribution: str | None = Field(default=None, description=", ".join(PARAMETER_DISTRIBUTIONS))
-    q: float | None = Field(default=None, gt=0)
+    distribution: str | None = Field(default=None, description=", ".join(DISTRIBUTIONS))
+    q: int | float | None = Field(default=None, description="q_ distributions: a multiple of it (default 1)")
+    mu: float | None = Field(default=None, description="normal family: the mean (default 0)")
+    sigma: float | None = Field(default=None, description="normal family: the deviation (default 1)")
+    a: float | None = Field(default=None, description="beta: the first shape (default 1)")
+    b: float | None = Field(default=None, description="beta: the second shape (default 1)")
 
     @model_validator(mode="after")
-    def _one_form(self) -> SweepParameter:
-        forms = [self.value is not None, self.values is not None, self.min is not None or self.max is not None]
-        if sum(forms) != 1:
-            raise ValueError("give exactly one of value, values, or min and max")
-        if forms[2] and (self.min is None or self.max is None or self.min >= self.max):
-            raise ValueError("a range needs min < max")
-        if self.distribution is not None and self.distribution not in PARAMETER_DISTRIBUTIONS:
-            raise ValueError(f"distribution must be one of {', '.join(PARAMETER_DISTRIBUTIONS)}")
-        if self.distribution == "log_uniform_values" and forms[2] and self.min <= 0:
-            raise ValueError("log_uniform_values needs min > 0")
-        if self.distribution == "q_uniform" and self.q is None:
-            raise ValueError("q_uniform needs q")
+    def _w_and_b_meaning(self) -> SweepParameter:
+        for key, value in filled(self.model_dump()).items():
+            setattr(self, key, value)
         return self
 
 

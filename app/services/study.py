@@ -18,6 +18,7 @@ from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
+from ..models.sweep_distributions import DISTRIBUTIONS, filled, ppf, quantile_range
 from ..settings import Settings
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial otherwise, in every job's log
@@ -56,33 +57,77 @@ def constants(config: dict) -> dict[str, Any]:
 
 
 def distribution(p: dict) -> BaseDistribution:
-    """A W&B parameter (``values``, or ``min``/``max`` with a ``distribution``) as Optuna's distribution."""
-    if p.get("values") is not None:
+    """A W&B parameter as what Optuna samples: the parameter itself where Optuna has its distribution, else the
+    quantile whose W&B value :func:`value` gives (:mod:`app.models.sweep_distributions`)."""
+    p = filled(p)  # a sweep stored before distributions were named and their defaults written
+    kind = p["distribution"]
+    if kind == "categorical":
         return CategoricalDistribution(p["values"])
-    kind = p.get("distribution") or ("int_uniform" if float(p["min"]).is_integer() and
-                                     float(p["max"]).is_integer() and p.get("q") is None else "uniform")
     if kind == "int_uniform":
-        return IntDistribution(int(p["min"]), int(p["max"]))
-    if kind == "log_uniform_values":
-        return FloatDistribution(p["min"], p["max"], log=True)
-    if kind == "q_uniform":
-        return FloatDistribution(p["min"], p["max"], step=p["q"])
-    return FloatDistribution(p["min"], p["max"])
+        return IntDistribution(p["min"], p["max"])
+    if kind in ("uniform", "log_uniform_values"):
+        return FloatDistribution(p["min"], p["max"], log=kind == "log_uniform_values")
+    return FloatDistribution(*quantile_range(p))
+
+
+def value(p: dict, sampled: Any) -> Any:
+    """A trial's value of a searched parameter from what Optuna sampled for it (:func:`distribution`)."""
+    p = filled(p)
+    return sampled if DISTRIBUTIONS[p["distribution"]].native else ppf(p, sampled)
 
 
 def search_space(config: dict) -> dict[str, BaseDistribution]:
+    """What Optuna samples for each searched parameter: a grid's points, else :func:`distribution`."""
+    if config["method"] == "grid":
+        return {name: CategoricalDistribution(points) for name, points in grid(config).items()}
     return {name: distribution(p) for name, p in config["parameters"].items() if p.get("value") is None}
 
 
+MAX_GRID_POINTS = 1000  # a grid of more needs run_cap; nor is a larger parameter listed
+MAX_GRID_LISTED = 100_000  # points in all, with run_cap: Optuna's GridSampler lists every one
+
+
+def grid_size(p: dict) -> int | None:
+    """How many points a grid tries of a parameter (W&B's grid: its values; int_uniform's whole numbers; q_uniform
+    min to max by q, max left out as numpy's arange does); None where a grid cannot take it."""
+    p = filled(p)
+    kind = p["distribution"]
+    if kind == "categorical":
+        return len(p["values"])
+    if kind == "int_uniform":
+        return p["max"] - p["min"] + 1
+    if kind == "q_uniform":
+        return math.ceil((p["max"] - p["min"]) / p["q"])
+    return None
+
+
+def grid_values(p: dict) -> list:
+    """The points of :func:`grid_size`, listed (a parameter of at most MAX_GRID_POINTS)."""
+    p = filled(p)
+    size = grid_size(p)
+    if size is None or size > MAX_GRID_POINTS:
+        raise ValueError(f"a grid cannot list {p}")
+    if p["distribution"] == "categorical":
+        return list(p["values"])
+    step = p.get("q", 1)
+    whole = isinstance(step, int) and isinstance(p["min"], int)
+    return [p["min"] + i * step if whole else round(p["min"] + i * step, 12) for i in range(size)]
+
+
 def grid(config: dict) -> dict[str, list]:
-    return {name: list(p["values"]) for name, p in config["parameters"].items() if p.get("values") is not None}
+    return {name: grid_values(p) for name, p in config["parameters"].items() if p.get("value") is None}
 
 
 def trials_planned(config: dict) -> int:
     """run_cap, or for a grid without one, the grid's size (every point once)."""
     if config.get("run_cap"):
         return int(config["run_cap"])
-    return math.prod(len(v) for v in grid(config).values())
+    return grid_points(config)
+
+
+def grid_points(config: dict) -> int:
+    """How many points a grid sweep's grid has: the product of its parameters' :func:`grid_size`."""
+    return math.prod(grid_size(p) for p in config["parameters"].values() if p.get("value") is None)
 
 
 def sampler(config: dict, trials_so_far: int) -> optuna.samplers.BaseSampler:
@@ -133,7 +178,9 @@ def load(settings: Settings, sweep_id: int, config: dict, *, to_ask: bool = Fals
 def ask(study: optuna.Study, config: dict) -> tuple[int, dict[str, Any]]:
     """The next trial: its number and the options it sets (searched, then the constants)."""
     trial = study.ask(fixed_distributions=search_space(config))
-    return trial.number, {**trial.params, **constants(config)}
+    searched = trial.params if config["method"] == "grid" else {
+        name: value(config["parameters"][name], sampled) for name, sampled in trial.params.items()}
+    return trial.number, {**searched, **constants(config)}
 
 
 def _trial(study: optuna.Study, number: int) -> optuna.Trial:

@@ -40,6 +40,7 @@ from ..models import (
     TrialPublic,
     utcnow,
 )
+from ..models.sweep_distributions import DISTRIBUTIONS, filled, gives_whole_numbers, ppf, quantile_range
 from ..redaction import shown_config
 from ..settings import Settings
 from . import study as studies
@@ -84,19 +85,37 @@ def check_parameter(base: RunCreate, name: str, p: dict, method: str) -> None:
     if p.get("value") is not None:
         return check_value(base, name, p["value"], "value")
     if p.get("values") is not None:
+        if method == "grid" and p.get("probabilities") is not None:
+            raise Invalid("a grid sweep tries every value once: probabilities have no meaning there (W&B refuses "
+                          "them too)", field=f"parameters.{name}")
         for value in p["values"]:
             check_value(base, name, value, "value")
         return None
+    p = filled(p)
     if method == "grid":
-        raise Invalid("a grid sweep needs a list of values, not a range", field=f"parameters.{name}")
+        return check_grid_parameter(base, name, p)
     if option.kind not in (int, float):
-        raise Invalid(f"{name} is not a number: give values, not a range", field=f"parameters.{name}")
-    distribution = studies.distribution(p)
-    if option.kind is int and not isinstance(distribution, studies.IntDistribution):
-        raise Invalid(f"{name} takes whole numbers: use int_uniform or values", field=f"parameters.{name}")
-    check_value(base, name, distribution.low, "min")
-    check_value(base, name, distribution.high, "max")
+        raise Invalid(f"{name} is not a number: give values, not a distribution", field=f"parameters.{name}")
+    if option.kind is int and not gives_whole_numbers(p):
+        raise Invalid(f"{name} takes whole numbers: use int_uniform, values, or a q_ distribution with a whole q",
+                      field=f"parameters.{name}")
+    low, high = (p["min"], p["max"]) if DISTRIBUTIONS[p["distribution"]].native else (
+        ppf(p, u) for u in quantile_range(p))
+    check_value(base, name, low, "min" if "min" in p else "lowest value")
+    check_value(base, name, high, "max" if "max" in p else "highest value")
     return None
+
+
+def check_grid_parameter(base: RunCreate, name: str, p: dict) -> None:
+    size = studies.grid_size(p)
+    if size is None:
+        raise Invalid(f"a grid sweep takes values, int_uniform or q_uniform (as W&B's grid does), not "
+                      f"{p['distribution']}", field=f"parameters.{name}")
+    if size > studies.MAX_GRID_POINTS:
+        raise Invalid(f"{p['distribution']} from {p['min']} to {p['max']} is {size} points, more than a grid's "
+                      f"{studies.MAX_GRID_POINTS}: give values, or a random or bayes sweep", field=f"parameters.{name}")
+    for point in studies.grid_values(p):
+        check_value(base, name, point, "value")
 
 
 def check_sweep(body: SweepCreate) -> RunCreate:
@@ -109,13 +128,19 @@ def check_sweep(body: SweepCreate) -> RunCreate:
     if body.early_terminate is not None and body.early_terminate.min_iter > evaluations:
         raise Invalid(f"min_iter {body.early_terminate.min_iter} is more than a trial's {evaluations} evaluation(s) "
                       f"(steps / eval_every)", field="early_terminate.min_iter")
-    if studies.trials_planned(sweep_config(body)) > 1000:
+    if studies.trials_planned(sweep_config(body)) > studies.MAX_GRID_POINTS:
         raise Invalid("the grid has more than 1000 points: give run_cap, or fewer values", field="parameters")
+    if body.method == "grid" and studies.grid_points(sweep_config(body)) > studies.MAX_GRID_LISTED:
+        raise Invalid(f"the grid has {studies.grid_points(sweep_config(body)):,} points, more than the "
+                      f"{studies.MAX_GRID_LISTED:,} a grid sampler lists: give fewer values", field="parameters")
     return base
 
 
 def sweep_config(body: SweepCreate) -> dict:
-    return body.model_dump(mode="json", exclude={"name", "tags"})
+    """What a sweep stores: the config as validated, each parameter with only the keys it has (its distribution
+    named and W&B's defaults written in)."""
+    parameters = {name: p.model_dump(mode="json", exclude_none=True) for name, p in body.parameters.items()}
+    return {**body.model_dump(mode="json", exclude={"name", "tags", "parameters"}), "parameters": parameters}
 
 
 class NoAliasLoader(yaml.SafeLoader):

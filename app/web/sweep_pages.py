@@ -15,8 +15,8 @@ from tinygpt.presets import list_presets
 from ..deps import SessionDep, SettingsDep, SweepId
 from ..errors import AppError, invalid_from
 from ..models import (
+    DISTRIBUTIONS,
     EARLY_TERMINATE,
-    PARAMETER_DISTRIBUTIONS,
     SWEEP_METHODS,
     SWEEP_METRICS,
     TRAINING_OPTIONS,
@@ -89,7 +89,7 @@ def sweep_form_context(session: SessionDep, settings: SettingsDep, values: dict,
     options = [o for o in TRAINING_OPTIONS.values() if o.kind in (int, float) or o.choices]
     return {"values": values, "error": error, "rows": range(PARAMETER_ROWS), "options": options,
             "methods": SWEEP_METHODS, "metrics": SWEEP_METRICS, "early_terminate": EARLY_TERMINATE,
-            "distributions": [d for d in PARAMETER_DISTRIBUTIONS if d not in ("categorical", "constant")],
+            "distributions": [name for name, d in DISTRIBUTIONS.items() if d.required == ("min", "max")],
             "presets": list_presets(), "datasets": ds_svc.list_datasets(session, settings=settings),
             "devices": list(machine_devices())}
 
