@@ -82,3 +82,27 @@ def test_a_bad_yaml_config_is_refused_in_the_form(site, page):
     assert page.inner_text("#sweep-error") == ("parameters.learning_rate: 'learning_rate' is not a run option "
                                                "(did you mean 'lr'? GET /api/options lists them)")
     shot(page, "sweep-form-error")
+
+
+def test_a_sweep_over_seeds_shows_each_trials_seeds_and_their_mean(site, page):
+    """Two real workers train a trial's two seeds; the page counts the trial once and shows its mean."""
+    config = {"method": "random", "run_cap": 1, "parallel": 1, "seeds": 2, "name": "over seeds",
+              "parameters": {"lr": {"distribution": "q_log_uniform_values", "min": 0.001, "max": 0.01, "q": 0.001}},
+              "base": {"preset": "tiny", "device": "cpu", "steps": 4, "eval_every": 2, "batch_size": 2, "seed": 5}}
+    created = site.client().post("/api/sweeps", json=config)
+    assert created.status_code == 201, created.text
+    sweep_id = created.json()["id"]
+    page.goto(f"{site.url}/sweeps/{sweep_id}")
+    page.wait_for_function("document.getElementById('sweep-status').textContent === 'finished'", timeout=120_000)
+    page.wait_for_function("document.querySelector('#sweep-progress').textContent.includes('1 of 1 trials done')")
+    detail = site.client().get(f"/api/sweeps/{sweep_id}").json()
+    rows = page.locator("#trials-table tbody tr[data-run]")
+    assert [rows.nth(i).locator("td").first.inner_text() for i in range(2)] == ["0 · seed 5", "0 · seed 6"]
+    mean = (detail["trials"][0]["best_val_loss"] + detail["trials"][1]["best_val_loss"]) / 2
+    assert detail["best"]["objective"] == pytest.approx(mean)
+    assert page.locator("#trials-table td.trial-mean").first.inner_text() == f"{mean:.4f}"
+    assert "Each trial runs 2 seeds from 5 on" in page.inner_text("main")
+    page.wait_for_function("document.querySelectorAll('#curves .u-legend .u-series').length === 3")
+    labels = page.locator("#curves .u-legend .u-series .u-label")
+    assert [labels.nth(i).inner_text() for i in (1, 2)] == ["trial 0 · seed 5", "trial 0 · seed 6"]
+    shot(page, "sweep-over-seeds")

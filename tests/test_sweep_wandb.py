@@ -239,3 +239,65 @@ base: {preset: tiny, device: cpu, steps: 20, eval_every: 2}
     for trial in created.json()["trials"]:
         assert math.exp(-4.6) <= trial["params"]["dropout"] <= math.exp(-2.3)
         assert math.exp(-1) <= trial["params"]["grad_clip"] <= math.e
+
+
+# -- trials repeated over seeds ------------------------------------------------------------------------
+def finish(client, run_ids_and_results: dict[int, tuple[str, float | None]], sweep_id: int) -> dict:
+    """Runs ended as a worker would end them, the sweep settled; the sweep as the API shows it then."""
+    from app.db import session_scope
+    from app.models import Run
+    from app.services.sweeps import settle_sweep
+
+    settings = client.app.state.settings
+    with session_scope(settings) as session:
+        for run_id, (status, best) in run_ids_and_results.items():
+            run = session.get(Run, run_id)
+            run.status, run.best_val_loss = status, best
+            session.add(run)
+        session.commit()
+        settle_sweep(session, sweep_id=sweep_id, settings=settings)
+    return client.get(f"/api/sweeps/{sweep_id}").json()
+
+
+def test_a_trial_over_seeds_is_one_run_a_seed_and_its_objective_their_mean(make_app):
+    from app.services import study as studies
+
+    client = make_app()
+    created = client.post("/api/sweeps", json=sweep(seeds=3, parallel=1, run_cap=2, base={**BASE, "seed": 7}))
+    assert created.status_code == 201, created.text
+    first = created.json()["trials"]
+    assert [(t["trial"], t["seed"]) for t in first] == [(0, 7), (0, 8), (0, 9)]
+    assert [t["name"].rsplit(" [", 1)[1] for t in first] == ["seed 7]", "seed 8]", "seed 9]"]
+    runs = [client.get(f"/api/runs/{t['run_id']}").json() for t in first]
+    assert len({r["group_id"] for r in runs}) == 1 and runs[0]["group_id"]  # one group: compared with their spread
+
+    sweep_id = created.json()["id"]
+    half = finish(client, {first[0]["run_id"]: ("succeeded", 3.9), first[1]["run_id"]: ("succeeded", 4.0)}, sweep_id)
+    assert [t["objective"] for t in half["trials"]] == [None, None, None]  # the third seed still running
+    assert len(half["trials"]) == 3  # parallel 1: the next trial waits for this one
+
+    done = finish(client, {first[2]["run_id"]: ("succeeded", 4.2)}, sweep_id)
+    assert [t["objective"] for t in done["trials"][:3]] == [pytest.approx((3.9 + 4.0 + 4.2) / 3)] * 3
+    assert done["best"]["run_id"] == first[0]["run_id"] and done["best"]["objective"] == pytest.approx(4.0333333)
+    assert [(t["trial"], t["status"]) for t in done["trials"][3:]] == [(1, "queued")] * 3  # the next trial's seeds
+    study = studies.load(client.app.state.settings, sweep_id, done["config"])
+    assert study.trials[0].value == pytest.approx(4.0333333) and study.trials[0].state.name == "COMPLETE"
+
+
+def test_a_trial_with_a_pruned_seed_is_pruned(make_app):
+    from app.services import study as studies
+
+    client = make_app()
+    created = client.post("/api/sweeps", json=sweep(seeds=2, parallel=1, run_cap=1)).json()
+    a, b = (t["run_id"] for t in created["trials"])
+    done = finish(client, {a: ("succeeded", 3.9), b: ("pruned", 5.1)}, created["id"])
+    assert [t["objective"] for t in done["trials"]] == [None, None] and done["status"] == "finished"
+    assert studies.load(client.app.state.settings, created["id"], done["config"]).trials[0].state.name == "PRUNED"
+
+
+def test_seeds_belong_to_the_sweep_not_its_base(make_app):
+    response = make_app().post("/api/sweeps", json=sweep(base={**BASE, "seeds": 3}))
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body", "base", "seeds"]
+    assert response.json()["detail"][0]["msg"] == ("a sweep repeats each trial over seeds with its own key, seeds (at "
+                                                  "the top, beside parallel), not base's")

@@ -150,6 +150,9 @@ class SweepCreate(InputModel):
     run_cap: int | None = Field(default=None, ge=1, le=1000, description="trials at most (grid: default the whole grid)")
     base: dict[str, Any] = Field(default_factory=dict, description="run options every trial starts from (POST /api/runs)")
     parallel: int = Field(default=2, ge=1, le=64, description="trials queued or running at once")
+    seeds: int = Field(default=1, ge=1, le=10, description="runs per trial, one a seed from base's seed on; the "
+                       "trial's objective is their mean (pruning judges a trial by its first run to report each "
+                       "evaluation)")
     seed: int = Field(default=0, ge=0, le=2**32 - 1, description="the sampler's seed: the same seed, the same trials")
     keep_checkpoints: int = Field(default=5, ge=0, le=1000, description="best.pt kept for this many top trials")
     name: str | None = Field(default=None, min_length=1, max_length=200)
@@ -195,15 +198,18 @@ class SweepUpdate(InputModel):
 
 
 class TrialPublic(SQLModel):
+    """One run of a trial (a trial of a sweep over seeds has one a seed, each showing the trial's objective)."""
+
     run_id: int
     trial: int
+    seed: int
     name: str
     status: str
     params: dict[str, Any]
     last_step: int
     steps: int
     best_val_loss: float | None
-    objective: float | None
+    objective: float | None  # the trial's: the mean over its seeds once every one succeeded
     tokens_per_sec: float | None
     has_checkpoint: bool
     disk_bytes: int

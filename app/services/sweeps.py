@@ -9,6 +9,7 @@ cancel) and once when the sweep is created.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import Counter
 from pathlib import Path
@@ -64,6 +65,9 @@ def base_options(body: SweepCreate) -> RunCreate:
         raise invalid_from(exc, under="base") from None
     if not isinstance(base.device, str):
         raise Invalid("a sweep's trials run on one device: start one sweep per device", field="base.device")
+    if base.seeds is not None:
+        raise Invalid("a sweep repeats each trial over seeds with its own key, seeds (at the top, beside parallel), "
+                      "not base's", field="base.seeds")
     return base
 
 
@@ -215,26 +219,27 @@ def lock_sweep(session: Session, sweep_id: int) -> Sweep:
 
 
 def trials_of(session: Session, sweep_id: int) -> list[Run]:
-    return list(session.exec(select(Run).where(Run.sweep_id == sweep_id).order_by(col(Run.trial))))
+    return list(session.exec(select(Run).where(Run.sweep_id == sweep_id).order_by(col(Run.trial), col(Run.id))))
 
 
 def settle_sweep(session: Session, *, sweep_id: int, settings: Settings) -> None:
     sweep = lock_sweep(session, sweep_id)
     trials = trials_of(session, sweep_id)
     study = studies.load(settings, sweep_id, sweep.config)
-    for run in trials:
-        if RunStatus(run.status).finished:
-            tell_result(session, study, run, sweep.config["metric"]["name"])
-    active = sum(1 for r in trials if r.status in ACTIVE)
+    runs_of = by_trial(trials)
+    for runs in runs_of.values():
+        tell_result(session, study, runs, sweep.config["metric"]["name"])
+    active = sum(1 for runs in runs_of.values() if any(r.status in ACTIVE for r in runs))
+    count = len(runs_of)
     if sweep.status == SweepStatus.running:
         reached = target_reached_by(session, sweep, trials)
-        planned = len(trials) if reached else sweep.trials_planned  # a reached target: no more trials
-        if active < sweep.config["parallel"] and len(trials) < planned:
+        planned = count if reached else sweep.trials_planned  # a reached target: no more trials
+        if active < sweep.config["parallel"] and count < planned:
             asking = studies.load(settings, sweep_id, sweep.config, to_ask=True)
-        while active < sweep.config["parallel"] and len(trials) < planned:
-            trials.append(add_trial(session, sweep, asking, settings))
-            active += 1
-        if active == 0 and len(trials) >= planned:
+        while active < sweep.config["parallel"] and count < planned:
+            trials.extend(add_trial(session, sweep, asking, settings))
+            active, count = active + 1, count + 1
+        if active == 0 and count >= planned:
             # the alert first: the sweep's stream ends at its status event
             found = f"; target {sweep.config['metric']['target']:g} reached by trial {reached.trial}" if reached else ""
             raise_alert(session, kind=Alert.sweep_finished, message=sweep_summary(trials) + found, settings=settings,
@@ -245,16 +250,24 @@ def settle_sweep(session: Session, *, sweep_id: int, settings: Settings) -> None
 
 
 def target_reached_by(session: Session, sweep: Sweep, trials: list[Run]) -> Run | None:
-    """The first finished trial whose metric is at most the sweep's ``metric.target`` (W&B's), or None."""
+    """The first run of the first finished trial whose objective is at most the sweep's ``metric.target`` (W&B's),
+    or None."""
     metric = sweep.config["metric"]
     if metric.get("target") is None:
         return None
-    for run in trials:
-        if RunStatus(run.status) == RunStatus.succeeded:
-            value = objective(session, run, metric["name"])
-            if value is not None and value <= metric["target"]:
-                return run
+    for runs in by_trial(trials).values():
+        value = trial_objective(session, runs, metric["name"])
+        if value is not None and value <= metric["target"]:
+            return runs[0]
     return None
+
+
+def by_trial(runs: list[Run]) -> dict[int, list[Run]]:
+    """A sweep's runs by trial number, in order (a sweep over seeds has a run a seed in each trial)."""
+    trials: dict[int, list[Run]] = {}
+    for run in runs:
+        trials.setdefault(run.trial, []).append(run)
+    return trials
 
 
 def report_evaluation(session: Session, *, study: Any, sweep_id: int, trial: int, run_id: int, step: int,
@@ -280,14 +293,17 @@ def settle_running_sweeps(session: Session, *, settings: Settings) -> None:
         settle_sweep(session, sweep_id=sweep_id, settings=settings)
 
 
-def add_trial(session: Session, sweep: Sweep, study: Any, settings: Settings) -> Run:
+def add_trial(session: Session, sweep: Sweep, study: Any, settings: Settings) -> list[Run]:
+    """The study's next trial queued: a run, or one a seed (one group) in a sweep over ``seeds``."""
     number, params = studies.ask(study, sweep.config)
+    seeds = sweep.config.get("seeds", 1)
     body = RunCreate.model_validate({**sweep.config["base"], **params, "name": f"{sweep.name} · trial {number}",
-                                     "tags": sweep.tags})
-    (run,) = add_runs(session, body=body, settings=settings, sweep_id=sweep.id, trial=number)
-    record_event(session, run_id=None, sweep_id=sweep.id, type=EventType.trial,
-                 data={"kind": "created", "run_id": run.id, "trial": number, "params": params})
-    return run
+                                     "tags": sweep.tags, "seeds": seeds if seeds > 1 else None})
+    runs = add_runs(session, body=body, settings=settings, sweep_id=sweep.id, trial=number)
+    for run in runs:
+        record_event(session, run_id=None, sweep_id=sweep.id, type=EventType.trial,
+                     data={"kind": "created", "run_id": run.id, "trial": number, "params": params})
+    return runs
 
 
 #: ``time_to_target`` of a trial that never reached its target: this plus its best validation loss, so it
@@ -309,15 +325,29 @@ def objective(session: Session, run: Run, metric: str) -> float | None:
     return last.val_loss if metric == "final_val_loss" else last.train_loss
 
 
-def tell_result(session: Session, study: Any, run: Run, metric: str) -> None:
-    if studies.is_finished(study, run.trial):
+def trial_objective(session: Session, runs: list[Run], metric: str) -> float | None:
+    """A trial's objective: the mean of its runs' (one a seed) once every one succeeded with one; else None."""
+    if any(RunStatus(r.status) != RunStatus.succeeded for r in runs):
+        return None
+    values = [objective(session, r, metric) for r in runs]
+    return None if None in values else statistics.fmean(values)
+
+
+def tell_result(session: Session, study: Any, runs: list[Run], metric: str) -> None:
+    """A trial's result to its study once all its runs have ended: complete with the mean of their objectives
+    when every one succeeded; else pruned when one was, else failed."""
+    number = runs[0].trial
+    if not all(RunStatus(r.status).finished for r in runs) or studies.is_finished(study, number):
         return
-    state = getattr(studies.TrialState, TRIAL_STATES.get(RunStatus(run.status), "FAIL"))
-    value = objective(session, run, metric)
-    studies.tell(study, run.trial, state, value)
-    record_event(session, run_id=None, sweep_id=run.sweep_id, type=EventType.trial,
-                 data={"kind": "finished", "run_id": run.id, "trial": run.trial, "status": run.status,
-                       "objective": value})
+    ended = next((r for r in runs if r.status == RunStatus.pruned), None) or next(
+        (r for r in runs if r.status != RunStatus.succeeded), runs[0])
+    state = getattr(studies.TrialState, TRIAL_STATES.get(RunStatus(ended.status), "FAIL"))
+    value = trial_objective(session, runs, metric)
+    studies.tell(study, number, state, value)
+    for run in runs:
+        record_event(session, run_id=None, sweep_id=run.sweep_id, type=EventType.trial,
+                     data={"kind": "finished", "run_id": run.id, "trial": number, "status": run.status,
+                           "objective": value})
 
 
 def sweep_summary(trials: list[Run]) -> str:
@@ -325,7 +355,7 @@ def sweep_summary(trials: list[Run]) -> str:
     done = [r for r in trials if r.status == RunStatus.succeeded and r.best_val_loss is not None]
     best = min(done, key=lambda r: r.best_val_loss) if done else None
     found = f"; best val {best.best_val_loss:.4f} (trial {best.trial}, run {best.id})" if best else ""
-    return f"{len(trials)} trials: {counts}{found}"
+    return f"{len(by_trial(trials))} trials: {counts}{found}"
 
 
 def end_sweep(session: Session, sweep: Sweep, status: SweepStatus) -> None:
@@ -396,22 +426,23 @@ def sweep_public(sweep: Sweep, trials: list[Run]) -> SweepPublic:
                                        "disk_bytes": sum(r.disk_bytes for r in trials)})
 
 
-def trial_public(session: Session, run: Run, config: dict) -> TrialPublic:
+def trial_public(session: Session, run: Run, config: dict, objective: float | None) -> TrialPublic:
     searched = [*studies.search_space(config), *studies.constants(config)]
     last_rate = session.exec(select(Metric.tokens_per_sec).where(Metric.run_id == run.id, Metric.tokens_per_sec > 0)
                              .order_by(col(Metric.step).desc()).limit(1)).first()
-    return TrialPublic(run_id=run.id, trial=run.trial, name=run.name, status=run.status,
+    return TrialPublic(run_id=run.id, trial=run.trial, seed=int(run.config["seed"]), name=run.name, status=run.status,
                        params={k: run.config.get(k) for k in searched}, last_step=run.last_step,
                        steps=int(run.config["steps"]), best_val_loss=run.best_val_loss,
-                       objective=objective(session, run, config["metric"]["name"])
-                       if run.status == RunStatus.succeeded else None,
+                       objective=objective,
                        tokens_per_sec=last_rate, has_checkpoint=bool(run.checkpoint_path), disk_bytes=run.disk_bytes)
 
 
 def sweep_detail(session: Session, *, sweep_id: int, settings: Settings) -> SweepDetail:
     sweep = get_sweep(session, sweep_id=sweep_id)
     trials = trials_of(session, sweep_id)
-    public = [trial_public(session, r, sweep.config) for r in trials]
+    metric = sweep.config["metric"]["name"]
+    objectives = {number: trial_objective(session, runs, metric) for number, runs in by_trial(trials).items()}
+    public = [trial_public(session, r, sweep.config, objectives[r.trial]) for r in trials]
     done = [t for t in public if t.objective is not None]
     best = min(done, key=lambda t: t.objective) if done else None
     study = studies.load(settings, sweep_id, sweep.config)

@@ -33,7 +33,7 @@ PARAMETER_ROWS = 4  # options to vary in the form (a YAML config may vary more)
 BASE_FIELDS = ("preset", "dataset", "device", "steps", "eval_every", "batch_size", "seed")
 SWEEP_FORM_DEFAULTS: dict[str, Any] = {
     "method": "random", "metric": "val_loss", "early_terminate": "hyperband", "min_iter": 2, "run_cap": 8,
-    "parallel": 2, "name": "", "yaml": "", "preset": "tiny", "dataset": "holmes", "device": "auto",
+    "parallel": 2, "seeds": 1, "name": "", "yaml": "", "preset": "tiny", "dataset": "holmes", "device": "auto",
     "steps": 300, "eval_every": 25, "batch_size": 16, "seed": 1337,
     "p0_name": "lr", "p0_kind": "range", "p0_min": "0.0001", "p0_max": "0.01", "p0_distribution": "log_uniform_values",
     "p1_name": "dropout", "p1_kind": "values", "p1_values": "0.0, 0.1, 0.2",
@@ -70,6 +70,7 @@ def parse_sweep_form(form: dict[str, str]) -> SweepCreate:
     config: dict[str, Any] = {
         "method": form.get("method"), "metric": {"name": form.get("metric") or "val_loss"},
         "parameters": form_parameters(form), "parallel": scalar(form.get("parallel") or "2"),
+        "seeds": scalar(form.get("seeds") or "1"),
         "base": {k: scalar(form[k]) if k not in ("preset", "dataset", "device") else form[k]
                  for k in BASE_FIELDS if form.get(k)},
     }
@@ -135,5 +136,7 @@ def sweep_partial(sweep_id: SweepId, request: Request, session: SessionDep, sett
 def trial_context(detail: Any) -> dict:
     ranked = sorted((t for t in detail.trials if t.best_val_loss is not None), key=lambda t: t.best_val_loss)
     params = list(detail.trials[0].params) if detail.trials else []
-    done = sum(n for status, n in detail.counts.items() if status not in ("queued", "running"))
-    return {"params": params, "top_ids": ",".join(str(t.run_id) for t in ranked[:5]), "done": done}
+    running = {t.trial for t in detail.trials if t.status in ("queued", "running")}
+    done = len({t.trial for t in detail.trials} - running)  # trials every run of which has ended (one a seed)
+    return {"params": params, "top_ids": ",".join(str(t.run_id) for t in ranked[:5]), "done": done,
+            "over_seeds": detail.config.get("seeds", 1) > 1}

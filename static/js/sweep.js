@@ -22,7 +22,7 @@
       if (plot) plot.destroy();
       const el = document.getElementById("curves");
       const series = trials.map((t, i) => ({
-        label: `trial ${t.trial}`,
+        label: `trial ${t.trial}` + ((sweep.config.seeds || 1) > 1 ? ` · seed ${t.seed}` : ""),
         stroke: TG.palette[i % TG.palette.length] + (t.status === "pruned" ? "55" : ""),
         width: t.run_id === bestRun() ? 3 : 1.2,
         dash: t.status === "pruned" ? [4, 4] : undefined,
