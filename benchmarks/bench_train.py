@@ -103,7 +103,8 @@ def run(preset: str = "holmes", batch: int = 32, rounds: int = 6, steps: int = 3
         "first_step_s": first_step_s,
         "compile_break_even_steps": break_even(first_step_s["project_fp32_compiled"], tokens_per_step,
                                                result["project_fp32"], result["project_fp32_compiled"]),
-        "profile": profile_step(preset, batch),
+        "profile": profile_step(preset, batch, auto_precision),
+        "profile_precision": auto_precision,
     }
 
 
@@ -118,17 +119,19 @@ CATEGORIES = {  # profiler op name -> where the time goes
     "dropout masks (random numbers)": ("aten::bernoulli_", "aten::random_", "aten::ge"),  # tinygpt/dropout.py
     "cross-entropy over the logits": ("aten::_log_softmax", "aten::_log_softmax_backward_data", "aten::nll_loss"),
     "attention softmax and masking": ("aten::_softmax", "aten::_softmax_backward_data", "aten::where",
-                                      "aten::isneginf", "aten::all", "aten::_safe_softmax"),
+                                      "aten::isneginf", "aten::all", "aten::_safe_softmax",
+                                      "aten::masked_fill_"),
     "GELU": ("aten::gelu", "aten::gelu_backward"),
 }
 
 
-def profile_step(preset: str, batch: int) -> dict:
-    """Share of one fp32 training step's CPU time per kind of work (torch.profiler, self time)."""
+def profile_step(preset: str, batch: int, precision: str = "fp32") -> dict:
+    """Share of one training step's CPU time per kind of work (torch.profiler, self time), at ``precision`` (the
+    series' step on this CPU: what precision auto resolved to)."""
     from torch.profiler import profile
 
     with tempfile.TemporaryDirectory() as tmp:
-        step, _ = project_step("fp32", preset, batch, tmp)
+        step, _ = project_step(precision, preset, batch, tmp)
         step()
         with profile() as prof:
             step()

@@ -317,7 +317,8 @@ def train_section(tr: dict, cpu_line: str, heading: str) -> list[str]:
            if math.isfinite(tr["compile_break_even_steps"]) else "with no faster step it never pays off here")
         + " (a run's option, off by default; the figures above exclude that first step).",
         "",
-        "Where an fp32 step's CPU time goes (torch.profiler, self time of one step):",
+        f"Where {'a bf16' if tr.get('profile_precision') == 'bf16' else 'an fp32'} step's CPU time goes (torch.profiler,"
+        " self time of one step):",
         "",
         "| work | share |",
         "|---|---|",
