@@ -56,6 +56,7 @@ def test_wsd_decay_fraction_and_a_warmup_longer_than_the_stable_part():
     ("lr_schedule", "step", "lr_schedule must be one of cosine, wsd, linear; got 'step'"),
     ("decay_fraction", 0, "decay_fraction must be in (0, 1], got 0.0"),
     ("muon_momentum", 1, "muon_momentum must be in [0, 1), got 1.0"),
+    ("muon_weight_decay", 1.5, "muon_weight_decay must be in [0, 1], got 1.5"),
 ])
 def test_bad_values_are_refused_naming_the_option(name, value, message):
     with pytest.raises(ValueError) as info:
@@ -82,6 +83,8 @@ def test_muon_takes_the_blocks_matrices_and_adamw_the_rest():
     assert "tok_emb.weight" in adamw_names and not muon_names & adamw_names  # the tied embedding: AdamW's
     assert muon_names | adamw_names == set(names.values())
     assert muon.param_groups[0]["weight_decay"] == 0.0 and muon.param_groups[0]["momentum"] == 0.95
+    decayed, _ = make_optimizer(model, TrainConfig(optimizer="muon", muon_weight_decay=0.05), torch.device("cpu")).optimizers
+    assert decayed.param_groups[0]["weight_decay"] == 0.05
     # bfloat16 only where the device has the units for it (the same decision as precision auto)
     fast_bf16 = resolve_precision("auto", torch.device("cpu")) == "bf16"
     assert muon.ns_dtype == (torch.bfloat16 if fast_bf16 else torch.float32)
@@ -135,13 +138,14 @@ def newton_schulz_reference(g: torch.Tensor, steps: int = 5) -> torch.Tensor:
     # ours in fp32 (CPUs without bf16 units): torch's algorithm, to fp32's precision
     (lambda params, **kw: Muon(params, ns_dtype=torch.float32, **kw), 1e-5),
 ], ids=["torch-bf16", "fp32"])
-def test_muon_update_matches_a_reference_over_three_steps(make, tolerance):
-    """Three steps with known gradients: momentum (an average, Nesterov) orthogonalised, scaled by
-    sqrt(max(1, rows/cols)) and the learning rate, no weight decay."""
+@pytest.mark.parametrize("weight_decay", [0.0, 0.5])
+def test_muon_update_matches_a_reference_over_three_steps(make, tolerance, weight_decay):
+    """Three steps with known gradients: the weight shrunk by 1 - lr x weight_decay (decoupled), then
+    momentum (an average, Nesterov) orthogonalised, scaled by sqrt(max(1, rows/cols)) and the learning rate."""
     lr, momentum = 0.02, 0.95
     weight = torch.nn.Parameter(torch.randn(48, 16, generator=torch.Generator().manual_seed(1)))
     start = weight.detach().clone()
-    optimizer = make([weight], lr=lr, momentum=momentum, weight_decay=0.0)
+    optimizer = make([weight], lr=lr, momentum=momentum, weight_decay=weight_decay)
     grads = [torch.randn(48, 16, generator=torch.Generator().manual_seed(s)) for s in (2, 3, 4)]
     expected, buffer = start.clone(), torch.zeros_like(start)
     for grad in grads:
@@ -149,7 +153,7 @@ def test_muon_update_matches_a_reference_over_three_steps(make, tolerance):
         optimizer.step()
         buffer = momentum * buffer + (1 - momentum) * grad
         nesterov = (1 - momentum) * grad + momentum * buffer
-        expected -= lr * math.sqrt(48 / 16) * newton_schulz_reference(nesterov)
+        expected = expected * (1 - lr * weight_decay) - lr * math.sqrt(48 / 16) * newton_schulz_reference(nesterov)
     moved, expected_move = weight.detach() - start, expected - start
     # no Nesterov would be 20% off, no sqrt(rows/cols) 73%
     assert (moved - expected_move).norm() / expected_move.norm() < tolerance

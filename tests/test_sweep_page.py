@@ -33,6 +33,7 @@ def test_a_sweep_from_the_form_fills_its_page_live(site, page):
     page.select_option("select[name=early_terminate]", "")  # no pruning: 4 completed trials give an importance
     page.click("#sweep-form button[type=submit]")
     page.wait_for_url("**/sweeps/*")
+    assert page.locator("#importance").is_hidden()  # no empty chart before 4 trials have completed
     # live: the table and the curves fill while trials run
     page.wait_for_function("document.querySelectorAll('#trials-table tbody tr[data-run]').length >= 2", timeout=60_000)
     # the table moves with the stream: before any trial is done, a running one shows its best validation loss
@@ -49,6 +50,7 @@ def test_a_sweep_from_the_form_fills_its_page_live(site, page):
                            ".getOption().series[0].data.length === 4")
     page.wait_for_function("echarts.getInstanceByDom(document.getElementById('importance'))"
                            ".getOption().series[0].data.length === 2")
+    assert page.locator("#importance").is_visible() and page.locator("#importance canvas").bounding_box()["width"] > 300
     axes = page.evaluate("echarts.getInstanceByDom(document.getElementById('parallel')).getOption()"
                          ".parallelAxis.map(a => a.name)")
     assert axes == ["lr", "dropout", "best val"]

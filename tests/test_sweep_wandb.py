@@ -58,22 +58,12 @@ def test_keys_only_wandb_has_are_refused_saying_what_they_are_for(make_app):
 @pytest.mark.parametrize("target, trials, status", [(4.0, 1, "finished"), (3.5, 2, "running")])
 def test_a_reached_metric_target_ends_the_sweep(make_app, target, trials, status):
     """W&B's metric.target: once a finished trial's metric is at most it, no more trials; the sweep ends."""
-    from app.db import session_scope
-    from app.models import Run, RunStatus
-    from app.services.sweeps import settle_sweep
-
     client = make_app()
     config = sweep(metric={"name": "val_loss", "goal": "minimize", "target": target}, run_cap=5, parallel=1)
     created = client.post("/api/sweeps", json=config).json()
     assert created["config"]["metric"]["target"] == target
-    settings = client.app.state.settings
-    with session_scope(settings) as session:  # its first trial succeeded with 3.9 (the worker's part)
-        run = session.get(Run, created["trials"][0]["run_id"])
-        run.status, run.best_val_loss = RunStatus.succeeded, 3.9
-        session.add(run)
-        session.commit()
-        settle_sweep(session, sweep_id=created["id"], settings=settings)
-    after = client.get(f"/api/sweeps/{created['id']}").json()
+    # its first trial succeeded with 3.9 (the worker's part)
+    after = finish(client, {created["trials"][0]["run_id"]: ("succeeded", 3.9)}, created["id"])
     assert (len(after["trials"]), after["status"]) == (trials, status)
 
 

@@ -167,15 +167,17 @@ class Muon(torch.optim.Muon):
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> Optimizer:
-    """The run's optimizer: AdamW over every parameter, or Muon over the hidden matrices (no weight decay:
-    its normalised updates keep their scale) with AdamW over the rest."""
+    """The run's optimizer: AdamW over every parameter, or Muon over the hidden matrices (decoupled weight
+    decay ``muon_weight_decay``, none by default: its normalised updates keep their scale) with AdamW over the
+    rest."""
     params = [p for p in model.parameters() if p.requires_grad]
     if config.optimizer == "adamw":
         return adamw(params, config, device)
     matrices = list(hidden_matrices(model))
     chosen = {id(p) for p in matrices}
     fast_bf16 = dev.resolve_precision("auto", device) == "bf16"  # the device's own units (tinygpt.device)
-    muon = Muon(matrices, lr=config.muon_lr, momentum=config.muon_momentum, weight_decay=0.0,
+    muon = Muon(matrices, lr=config.muon_lr, momentum=config.muon_momentum,
+                weight_decay=config.muon_weight_decay,
                 ns_dtype=torch.bfloat16 if fast_bf16 else torch.float32)
     return OptimizerSet(muon, adamw([p for p in params if id(p) not in chosen], config, device))
 

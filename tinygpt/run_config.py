@@ -96,7 +96,10 @@ class TrainConfig:
                             advanced=True, applies_with=("optimizer", "muon"))
     muon_momentum: float = option(0.95, "Muon's momentum (optimizer muon)", "optimisation", ge=0, lt=1,
                                   advanced=True, applies_with=("optimizer", "muon"))
-    weight_decay: float = option(0.1, "AdamW weight decay on 2-D weights (Muon's matrices have none)",
+    muon_weight_decay: float = option(0.0, "Muon's decoupled weight decay on the blocks' matrices (optimizer muon; "
+                                      "each step multiplies them by 1 - lr x decay)", "optimisation", ge=0, le=1,
+                                      advanced=True, applies_with=("optimizer", "muon"))
+    weight_decay: float = option(0.1, "AdamW weight decay on 2-D weights (Muon's matrices: muon_weight_decay)",
                                  "optimisation", ge=0, le=1, advanced=True)
     grad_clip: float = option(1.0, "gradient-norm clip", "optimisation", ge=0, le=1000, advanced=True)
     grad_accum: int = option(1, "micro-batches per step (gradient accumulation)", "optimisation", ge=1, le=1024,

@@ -74,6 +74,8 @@
       yAxis: { type: "category", data: ranked.map(([k]) => k) },
       series: [{ type: "bar", data: ranked.map(([, v]) => v), label: { show: true, position: "right", formatter: (p) => p.value.toFixed(2) } }],
     }, true);
+    importance.getDom().hidden = !sweep.importance;  // no empty axes before the server has an importance
+    importance.resize();
     document.getElementById("importance-note").textContent = sweep.importance
       ? "fANOVA over the completed trials." : "Shown once 4 trials have completed.";
   }
