@@ -120,8 +120,10 @@ def test_a_kept_sweep_is_taken_as_it_is(path, tmp_path, slice_path):
     if config["method"] == "grid":
         assert sweep["trials_planned"] == math.prod(len(p.get("values", [None])) for p in config["parameters"].values())
     with session_scope(settings) as s:
-        [first] = s.exec(select(Run).where(Run.sweep_id == sweep["id"])).all()  # parallel 1
-    for name, value in config["base"].items():
-        assert first.config.get(name, value) == value, name
-    for name, parameter in config["parameters"].items():
-        assert first.config[name] in parameter.get("values", [parameter.get("value")]), name
+        started = s.exec(select(Run).where(Run.sweep_id == sweep["id"])).all()
+    assert len(started) == min(config["parallel"], sweep["trials_planned"] or config["parallel"])  # as many as may run at once
+    for run in started:
+        for name, value in config["base"].items():
+            assert run.config.get(name, value) == value, name
+        for name, parameter in config["parameters"].items():
+            assert run.config[name] in parameter.get("values", [parameter.get("value")]), name
