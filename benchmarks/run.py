@@ -38,9 +38,10 @@ from .common import ROOT, machine
 
 RESULTS = ROOT / "benchmarks" / "results.json"
 GPU_RESULTS = ROOT / "benchmarks" / "gpu_results.json"  # from scripts/gpu_check.sh on a GPU machine
-# the train suite on a CPU with bf16 units (AVX512-BF16 or AMX), when the page's own machine has none:
-# `python -m benchmarks.run --only train --cpu-bf16` there
+# the train and speedrun suites on a CPU with bf16 units (AVX512-BF16 or AMX), when the page's own machine has
+# none: `python -m benchmarks.run --only train --cpu-bf16` there (or --only speedrun)
 CPU_BF16_RESULTS = ROOT / "benchmarks" / "cpu_bf16_results.json"
+CPU_BF16_SUITES = ("train", "speedrun")
 SUITES = {
     "tokenizer": bench_tokenizer.run,
     "train": bench_train.run,
@@ -146,12 +147,14 @@ def startup_section(st: dict) -> list[str]:
     return lines
 
 
-def speedrun_section(sp: dict) -> list[str]:
+def speedrun_section(sp: dict, where: str = "") -> list[str]:
     """Time to holmes 3.76: the fast recipe trained for real per seed, against the series' recorded tokens at its
-    step's throughput measured in the same run."""
+    step's throughput measured in the same run. ``where``: the machine, when not the page's."""
+    options = ", ".join(f"{k} {v}" for k, v in sp.get("fast_options", {}).items())
     lines = [
-        f"## Time to target: the fast recipe against the series' (validation loss {sp['target']:g})",
+        f"## Time to target: the fast recipe against the series' (validation loss {sp['target']:g}){where}",
         "",
+        *([f"The fast recipe measured: {options}.", ""] if options else []),
         "`python -m benchmarks.run --only speedrun` (benchmarks/bench_speedrun.py; docs/SPEEDRUN.md tells how the",
         f"recipe was found). fp32, {sp['threads']} threads. Training time as the dashboard shows it (evaluation and"
         " checkpoints excluded). The series: its recorded",
@@ -361,8 +364,8 @@ def render(results: dict, machine_line: str, cpu_line: str, date: str) -> str:
         ]
     if tr := results.get("train"):
         lines += train_section(tr, cpu_line, f"## Training step ({tr['preset']} preset, batch {tr['batch_size']} x 256 tokens, CPU)")
-    if CPU_BF16_RESULTS.exists():
-        bf = json.loads(CPU_BF16_RESULTS.read_text())
+    bf = json.loads(CPU_BF16_RESULTS.read_text()) if CPU_BF16_RESULTS.exists() else {}
+    if "train" in bf:
         lines += train_section(bf["train"], bf["cpu"], f"## Training step on a CPU with bf16 units: {bf['machine']} ({bf['date']})")
     if sm := results.get("sample"):
         lines += [
@@ -494,6 +497,8 @@ def render(results: dict, machine_line: str, cpu_line: str, date: str) -> str:
         lines += startup_section(st)
     if sp := results.get("speedrun"):
         lines += speedrun_section(sp)
+    if "speedrun" in bf:
+        lines += speedrun_section(bf["speedrun"], f" on {bf['machine']}, CPU flags {bf['cpu']} ({bf['date']})")
     if al := results.get("alerts"):
         lines += alerts_section(al)
     if rp := results.get("report"):
@@ -544,17 +549,22 @@ def render(results: dict, machine_line: str, cpu_line: str, date: str) -> str:
     return "\n".join(lines)
 
 
-def record_cpu_bf16(out: Path) -> None:
-    """``--cpu-bf16``: the train suite on this CPU with bf16 units, kept apart from results.json (another machine's),
-    then the page rewritten from both."""
+def record_cpu_bf16(out: Path, suites: list[str]) -> None:
+    """``--cpu-bf16``: suites (train, speedrun) on this CPU with bf16 units, kept apart from results.json (another
+    machine's) and merged with this machine's earlier ones, then the page rewritten from both."""
     if not cpu_has_bf16():
         raise SystemExit(f"benchmarks.run: --cpu-bf16 needs a CPU with AVX512-BF16 or AMX; this one: {cpu_summary()}")
+    if unknown := sorted(set(suites) - set(CPU_BF16_SUITES)):
+        raise SystemExit(f"benchmarks.run: --cpu-bf16 measures {', '.join(CPU_BF16_SUITES)}; not {', '.join(unknown)}")
     m, cpu = machine(), cpu_summary()
-    print(f"{m}\nCPU flags: {cpu}\nrunning train ...", flush=True)
-    train = SUITES["train"]()
-    print(json.dumps(train, indent=2), flush=True)
-    date = datetime.date.today().isoformat()
-    CPU_BF16_RESULTS.write_text(json.dumps({"machine": m, "cpu": cpu, "date": date, "train": train}, indent=2) + "\n")
+    kept = json.loads(CPU_BF16_RESULTS.read_text()) if CPU_BF16_RESULTS.exists() else {}
+    record = kept if (kept.get("machine"), kept.get("cpu")) == (m, cpu) else {}
+    for name in suites:
+        print(f"{m}\nCPU flags: {cpu}\nrunning {name} ...", flush=True)
+        record[name] = SUITES[name]()
+        print(json.dumps(record[name], indent=2), flush=True)
+    record.update(machine=m, cpu=cpu, date=datetime.date.today().isoformat())
+    CPU_BF16_RESULTS.write_text(json.dumps(record, indent=2) + "\n")
     saved = json.loads(RESULTS.read_text())
     out.write_text(render(saved["results"], saved["machine"], saved["cpu"], saved["date"]))
     print(f"wrote {CPU_BF16_RESULTS} and {out}")
@@ -566,14 +576,15 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
     ap.add_argument("--render-only", action="store_true", help="rewrite the page from results.json, measuring nothing")
     ap.add_argument("--speedrun-seeds", default="1337,1,2", help="the fast recipe's seeds in the speedrun suite "
-                    "(each trains to the target: about 40 minutes of a 2-core CPU)")
+                    "(each trains to the target: about 20 minutes of a 2-core CPU)")
     ap.add_argument("--cpu-bf16", action="store_true", help="on a CPU with bf16 units, other than the page's machine:"
-                    f" measure the train suite into {CPU_BF16_RESULTS.relative_to(ROOT)} and keep the page's other figures")
+                    f" measure the train (or with --only, the speedrun) suite into {CPU_BF16_RESULTS.relative_to(ROOT)} and keep"
+                    " the page's other figures")
     args = ap.parse_args()
-    if args.cpu_bf16:
-        record_cpu_bf16(args.out)
-        return
     SUITES["speedrun"] = functools.partial(bench_speedrun.run, seeds=tuple(int(s) for s in args.speedrun_seeds.split(",")))
+    if args.cpu_bf16:
+        record_cpu_bf16(args.out, args.only.split(",") if args.only != ",".join(SUITES) else ["train"])
+        return
     saved = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     if args.render_only:
         args.out.write_text(render(saved["results"], saved["machine"], saved["cpu"], saved["date"]))

@@ -1,10 +1,15 @@
-"""BENCHMARKS.md's training-step section (benchmarks/run.py): each kind of CPU is held to its own goal."""
+"""BENCHMARKS.md's sections (benchmarks/run.py): each kind of CPU held to its own goal, the speedrun's line, and
+another machine's figures kept beside the page's own."""
 
 from __future__ import annotations
 
+import json
 import math
 
-from benchmarks.run import train_section
+import pytest
+
+from benchmarks import run
+from benchmarks.run import speedrun_section, train_section
 
 AVX2 = "avx2 fma; bf16 emulated (no AVX512-BF16 or AMX); precision auto = fp32"
 BF16 = "avx2 fma avx512f avx512_bf16; bf16 in hardware; precision auto = bf16"
@@ -32,3 +37,43 @@ def test_a_cpu_with_bf16_units_is_held_to_the_bf16_goal_and_says_when_it_is_not_
     assert ("The series' own step (project_auto(bf16)): **2.14x the plain fp32 loop** (goal on a CPU with AVX512-BF16"
             " or AMX: at least 2.5x: NOT met).") in lines
     assert not any("emulated and slower" in line for line in lines)
+
+
+def speedrun_results(*train_sec: float | None) -> dict:
+    runs = [{"seed": seed, "steps": 1152, "reached": sec is not None, "best_val_loss": 3.75 if sec else 3.8,
+             "step": 1104, "tokens": 4_521_984, "train_sec": sec, "val_loss_full": 3.755}
+            for seed, sec in zip((1337, 1, 2), train_sec, strict=False)]
+    slowest = max(s for s in train_sec if s) if all(train_sec) else None
+    return {"target": 3.76, "device": "cpu", "threads": 2, "fast_options": {"batch_size": 16, "n_layers": 4},
+            "series_tokens_to_target": 9_380_000.0, "series_tokens_per_sec": 2_900.0, "fast_step_tokens_per_sec": 4_400.0,
+            "series_sec_to_target": 3_234.5, "series_run": None, "fast_runs": runs, "fast_slowest_sec": slowest,
+            "fast_over_series": slowest / 3_234.5 if slowest else None}
+
+
+def test_the_speedrun_section_names_the_recipe_measured_and_the_slowest_seeds_ratio():
+    lines = speedrun_section(speedrun_results(1000.0, 1100.0, 1050.0), " on another CPU")
+    assert lines[0] == "## Time to target: the fast recipe against the series' (validation loss 3.76) on another CPU"
+    assert "The fast recipe measured: batch_size 16, n_layers 4." in lines
+    assert "| 1 | 1104 | 4.52M | 18.3 min | 3.7550 |" in lines
+    assert "fast / series time to target: 0.34" in lines
+    lines = speedrun_section(speedrun_results(1000.0, None, 1050.0))
+    assert "| 1 | not in 1152 steps (best 3.8000) | | | |" in lines
+    assert "fast / series time to target: not measured (a seed did not reach the target)" in lines
+
+
+def test_a_cpu_with_bf16_units_keeps_its_train_figures_when_its_speedrun_is_recorded(tmp_path, monkeypatch):
+    kept = tmp_path / "cpu_bf16_results.json"
+    train = train_results(plain_fp32=1.0, project_fp32=1.3, **{"project_auto(bf16)": 3.08})
+    kept.write_text(json.dumps({"machine": run.machine(), "cpu": run.cpu_summary(), "date": "2026-12-01",
+                                "train": train}))
+    page = tmp_path / "BENCHMARKS.md"
+    monkeypatch.setattr(run, "CPU_BF16_RESULTS", kept)
+    monkeypatch.setattr(run, "cpu_has_bf16", lambda: True)
+    monkeypatch.setitem(run.SUITES, "speedrun", lambda: speedrun_results(1000.0, 1100.0, 1050.0))
+    run.record_cpu_bf16(page, ["speedrun"])
+    record = json.loads(kept.read_text())
+    assert (record["train"], record["speedrun"]["fast_over_series"]) == (train, 1100.0 / 3_234.5)
+    text = page.read_text()
+    assert "## Training step on a CPU with bf16 units: " in text and "fast / series time to target: 0.34" in text
+    with pytest.raises(SystemExit, match="^benchmarks.run: --cpu-bf16 measures train, speedrun; not sample$"):
+        run.record_cpu_bf16(page, ["sample"])
