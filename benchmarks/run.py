@@ -559,8 +559,9 @@ def record_cpu_bf16(out: Path, suites: list[str]) -> None:
     m, cpu = machine(), cpu_summary()
     kept = json.loads(CPU_BF16_RESULTS.read_text()) if CPU_BF16_RESULTS.exists() else {}
     record = kept if (kept.get("machine"), kept.get("cpu")) == (m, cpu) else {}
+    print(f"{m}\nCPU flags: {cpu}", flush=True)
     for name in suites:
-        print(f"{m}\nCPU flags: {cpu}\nrunning {name} ...", flush=True)
+        print(f"running {name} ...", flush=True)
         record[name] = SUITES[name]()
         print(json.dumps(record[name], indent=2), flush=True)
     record.update(machine=m, cpu=cpu, date=datetime.date.today().isoformat())
@@ -572,7 +573,7 @@ def record_cpu_bf16(out: Path, suites: list[str]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default=",".join(SUITES))
+    ap.add_argument("--only", help="comma-separated suites (default: all; with --cpu-bf16: train)")
     ap.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
     ap.add_argument("--render-only", action="store_true", help="rewrite the page from results.json, measuring nothing")
     ap.add_argument("--speedrun-seeds", default="1337,1,2", help="the fast recipe's seeds in the speedrun suite "
@@ -583,7 +584,7 @@ def main() -> None:
     args = ap.parse_args()
     SUITES["speedrun"] = functools.partial(bench_speedrun.run, seeds=tuple(int(s) for s in args.speedrun_seeds.split(",")))
     if args.cpu_bf16:
-        record_cpu_bf16(args.out, args.only.split(",") if args.only != ",".join(SUITES) else ["train"])
+        record_cpu_bf16(args.out, (args.only or "train").split(","))
         return
     saved = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     if args.render_only:
@@ -593,7 +594,7 @@ def main() -> None:
     m, cpu = machine(), cpu_summary()
     print(f"{m}\nCPU flags: {cpu}", flush=True)
     results = saved.get("results", {}) if saved.get("machine") == m and saved.get("cpu") == cpu else {}
-    for name in args.only.split(","):
+    for name in (args.only or ",".join(SUITES)).split(","):
         print(f"running {name} ...", flush=True)
         results[name] = SUITES[name]()
         print(json.dumps(results[name], indent=2), flush=True)
