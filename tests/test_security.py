@@ -7,10 +7,11 @@ real app process over loopback; request/response behaviour to an app built in th
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
-import threading
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -184,34 +185,39 @@ def test_an_upload_without_a_declared_size_is_cut_off_while_streaming(guarded):
         assert "big" not in [d["name"] for d in c.get("/api/datasets", headers=bearer()).json()]
 
 
+@contextlib.contextmanager
+def two_open_streams(url: str, *headers: dict) -> Iterator[None]:
+    """Two event streams held open at once, with the given headers. A stream closed by an earlier test
+    holds its slot until the app sees the disconnect (a moment later): try again until both open."""
+    deadline = time.monotonic() + 10
+    while True:
+        with contextlib.ExitStack() as stack:
+            codes = [stack.enter_context(httpx.stream("GET", url, headers=h, timeout=10)).status_code
+                     for h in headers]
+            if codes == [200, 200]:
+                yield
+                return
+        assert time.monotonic() < deadline, f"the slots never came back: {codes}"
+        time.sleep(0.1)
+
+
 def test_event_streams_per_client_are_capped(guarded):
     url = f"{guarded.url}/api/events"
-    first = httpx.stream("GET", url, headers=bearer(), timeout=10)
-    second = httpx.stream("GET", url, headers=bearer(), timeout=10)
-    with first as a, second as b:
-        assert a.status_code == b.status_code == 200
+    with two_open_streams(url, bearer(), bearer()):
         third = httpx.get(url, headers=bearer(), timeout=10)
         assert third.status_code == 429
         assert third.json() == {"detail": "too many open event streams from 127.0.0.1 (limit 2); close some first"}
     # both closed: the slots come back (give the app a moment to see the disconnects)
-    ok = threading.Event()
-    for _ in range(50):
-        with httpx.stream("GET", url, headers=bearer(), timeout=10) as again:
-            if again.status_code == 200:
-                ok.set()
-                break
-        threading.Event().wait(0.1)
-    assert ok.is_set()
+    with two_open_streams(url, bearer(), bearer()):
+        pass
 
 
 def test_forwarded_for_is_ignored_from_an_untrusted_address(guarded):
     """The per-client cap counts the connection's address: a local client claiming other addresses in
     X-Forwarded-For (trusted by uvicorn from 127.0.0.1 unless told otherwise) gets no more streams."""
     url = f"{guarded.url}/api/events"
-    first = httpx.stream("GET", url, headers={**bearer(), "X-Forwarded-For": "203.0.113.1"}, timeout=10)
-    second = httpx.stream("GET", url, headers={**bearer(), "X-Forwarded-For": "203.0.113.2"}, timeout=10)
-    with first as a, second as b:
-        assert a.status_code == b.status_code == 200
+    with two_open_streams(url, {**bearer(), "X-Forwarded-For": "203.0.113.1"},
+                          {**bearer(), "X-Forwarded-For": "203.0.113.2"}):
         third = httpx.get(url, headers={**bearer(), "X-Forwarded-For": "203.0.113.3"}, timeout=10)
         assert third.status_code == 429
         assert third.json() == {"detail": "too many open event streams from 127.0.0.1 (limit 2); close some first"}
