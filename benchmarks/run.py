@@ -183,6 +183,104 @@ def speedrun_section(sp: dict, where: str = "") -> list[str]:
     return lines
 
 
+def gpu_section(gpu: dict) -> list[str]:
+    """What scripts/gpu_check.sh recorded on a lent GPU machine (benchmarks/gpu_results.json)."""
+    by = {(c["precision"], c["batch_size"]): c for c in gpu["cells"]}
+    batches = sorted({c["batch_size"] for c in gpu["cells"]})
+    precisions = list(dict.fromkeys(c["precision"] for c in gpu["cells"]))
+    lines = [
+        f"## GPU: holmes sweep on {gpu['machine']} ({gpu['date']})",
+        "",
+        f"Recorded by `{gpu['command']}` on a lent GPU machine"
+        + (f" (host: {gpu['host']})" if "host" in gpu else "")
+        + f"; kept in `benchmarks/gpu_results.json` (`make bench` does not re-measure it). GPU tests in the same"
+        f" run: {gpu['gpu_tests']}.",
+        "",
+        "| batch | " + " | ".join(f"{p} tokens/s | {p} MiB" for p in precisions) + " |",
+        "|---" * (1 + 2 * len(precisions)) + "|",
+    ]
+    for b in batches:
+        row = []
+        for p in precisions:
+            c = by.get((p, b))
+            row += ["OOM", "-"] if c is None or c["oom"] else [f"{c['tokens_per_sec']:,.0f}", f"{c['peak_mem_mib']:,.0f}"]
+        lines.append(f"| {b} | " + " | ".join(row) + " |")
+    top = max(batches)
+    if ("fp32", top) in by and ("bf16", top) in by:
+        f32, b16 = by[("fp32", top)], by[("bf16", top)]
+        bf16 = [c for c in gpu["cells"] if c["precision"] == "bf16" and not c["oom"]]  # by batch, as swept
+        flat = [c for c in bf16 if c["ms_per_step"] <= 1.25 * bf16[0]["ms_per_step"]]
+        lines += ["", f"At batch {top}: bf16 **{b16['tokens_per_sec'] / f32['tokens_per_sec']:.1f}x** the fp32"
+                  f" throughput with {1 - b16['peak_mem_mib'] / f32['peak_mem_mib']:.0%} less memory (the series:"
+                  f" about 2x and a quarter less). Up to batch {flat[-1]['batch_size']} a bf16 step costs about the"
+                  f" same {min(c['ms_per_step'] for c in flat):.0f}-{max(c['ms_per_step'] for c in flat):.0f} ms"
+                  " whatever the batch: the GPU waits on Python and kernel launches, so small batches waste it."]
+    lines.append("")
+    if step := gpu.get("step"):
+        lines += gpu_step_section(step)
+    if sp := gpu.get("speedrun"):
+        lines += gpu_speedrun_section(sp)
+    return lines
+
+
+def gpu_step_section(step: dict) -> list[str]:
+    """The launch-bound step: eager against CUDA graphs, and the eager step's profile."""
+    rates = {r["mode"]: r for r in step["rates"]}
+    eager, prof = rates["eager"], step["profile"]
+    lines = [
+        f"### The launch-bound step: holmes batch {step['batch_size']}, {step['precision']}, eager and CUDA graphs",
+        "",
+        f"`{step['command']}` (benchmarks/bench_gpu_step.py): each mode in a process of its own, 3 untimed steps"
+        " (compilation and graph capture), then the median of 3 rounds of 20 steps.",
+        "",
+        "| mode | tokens/s | ms a step | against eager | first 3 steps (compile, capture) |",
+        "|---|---|---|---|---|",
+    ]
+    for mode, r in rates.items():
+        name = "eager" if mode == "eager" else f"CUDA graphs (`compile_mode: {mode}`)"
+        lines.append(f"| {name} | {r['tokens_per_sec']:,.0f} | {r['ms_per_step']:.2f} |"
+                     f" {r['tokens_per_sec'] / eager['tokens_per_sec']:.2f}x | {r['first_steps_s']:.1f} s |")
+    lines += [
+        "",
+        f"Where the eager step's {eager['ms_per_step']:.1f} ms go (torch.profiler over 10 steps): the kernels run"
+        f" {prof['kernel_ms_per_step']:.1f} ms of GPU time a step, out of {prof['kernel_launches_per_step']:.0f}"
+        " kernel launches; the rest of the step the GPU waits for the host to launch them. CUDA graphs replay the"
+        " step's kernels with one launch.",
+        "",
+    ]
+    return lines
+
+
+def gpu_speedrun_section(sp: dict) -> list[str]:
+    """Both recipes trained to the target on the GPU, eager, precision auto."""
+    runs = [("series", sp["series_run"], sp["series_tokens_per_sec"])] + [
+        ("fast", r, sp["fast_step_tokens_per_sec"]) for r in sp["fast_runs"]]
+    lines = [
+        f"### Time to holmes {sp['target']:g} on the GPU: both recipes trained to it (eager, bf16)",
+        "",
+        f"`{sp['command']}`: each recipe trained until the whole validation split reaches the target (evaluated"
+        " every 40 and 48 steps), training time as the dashboard shows it; the step's tokens/s side by side"
+        " before the runs.",
+        "",
+        "| recipe, seed | reached at step | tokens | training time | whole-split val loss | step tokens/s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, r, rate in runs:
+        lines.append(f"| {name}, {r['seed']} | {r['step']} | {r['tokens'] / 1e6:.2f}M | {r['train_sec']:.1f} s |"
+                     f" {r['val_loss_full']:.4f} | {rate:,.0f} |" if r["reached"] else
+                     f"| {name}, {r['seed']} | not in {r['steps']} steps | | | | {rate:,.0f} |")
+    series, fast = sp["series_run"], max(sp["fast_runs"], key=lambda r: r["train_sec"] or 0)
+    if series["reached"] and fast["reached"]:
+        ms = {name: 1e3 * r["tokens"] / r["step"] / rate for name, r, rate in runs[:2]}  # a step, at its batch
+        lines += ["", f"On this GPU the fast recipe takes **{fast['train_sec'] / series['train_sec']:.2f}x** the"
+                  f" series' time: it needs {fast['tokens'] / series['tokens']:.2f}x the tokens, but where a step is"
+                  f" launch-bound its smaller step takes {ms['fast']:.1f} ms against the series' {ms['series']:.1f},"
+                  f" so its tokens/s are {sp['fast_step_tokens_per_sec'] / sp['series_tokens_per_sec']:.2f}x."
+                  " The recipe was made for CPUs (docs/SPEEDRUN.md section 13)."]
+    lines.append("")
+    return lines
+
+
 def alerts_section(al: dict) -> list[str]:
     """What webhooks and the NaN guard cost the training step."""
     wh, gd = al["webhooks"], al["guard"]
@@ -464,33 +562,7 @@ def render(results: dict, machine_line: str, cpu_line: str, date: str) -> str:
             "",
         ]
     if GPU_RESULTS.exists():
-        gpu = json.loads(GPU_RESULTS.read_text())
-        by = {(c["precision"], c["batch_size"]): c for c in gpu["cells"]}
-        batches = sorted({c["batch_size"] for c in gpu["cells"]})
-        precisions = list(dict.fromkeys(c["precision"] for c in gpu["cells"]))
-        lines += [
-            f"## GPU: holmes sweep on {gpu['machine']} ({gpu['date']})",
-            "",
-            f"Recorded by `{gpu['command']}` on a lent GPU machine (kept in `benchmarks/gpu_results.json`;"
-            f" `make bench` does not re-measure it). GPU tests in the same run: {gpu['gpu_tests']}.",
-            "",
-            "| batch | " + " | ".join(f"{p} tokens/s | {p} MiB" for p in precisions) + " |",
-            "|---" * (1 + 2 * len(precisions)) + "|",
-        ]
-        for b in batches:
-            row = []
-            for p in precisions:
-                c = by.get((p, b))
-                row += ["OOM", "-"] if c is None or c["oom"] else [f"{c['tokens_per_sec']:,.0f}", f"{c['peak_mem_mib']:,.0f}"]
-            lines.append(f"| {b} | " + " | ".join(row) + " |")
-        top = max(batches)
-        if ("fp32", top) in by and ("bf16", top) in by:
-            f32, b16 = by[("fp32", top)], by[("bf16", top)]
-            lines += ["", f"At batch {top}: bf16 **{b16['tokens_per_sec'] / f32['tokens_per_sec']:.1f}x** the fp32"
-                      f" throughput with {1 - b16['peak_mem_mib'] / f32['peak_mem_mib']:.0%} less memory (the series:"
-                      " about 2x and a quarter less). Up to batch 32 a step costs about the same 12-14 ms whatever"
-                      " the batch: the GPU waits on Python and kernel launches, so small batches waste it."]
-        lines.append("")
+        lines += gpu_section(json.loads(GPU_RESULTS.read_text()))
     if sw := results.get("sweep"):
         lines += sweep_section(sw)
     if st := results.get("startup"):

@@ -42,3 +42,16 @@ def test_the_benchmarks_random_tokens_come_with_a_tokenizer_that_defines_every_o
                       tokenizer=tokenizer)  # the step-rate benchmarks' trainers (bytes per token needs every id)
     val = trainer.splits.val
     assert trainer.val_bytes_per_token == pytest.approx(float((val >= 256).float().mean()) + 1)  # bytes: 1 or 2
+
+
+def test_the_gpu_step_benchmark_times_a_step_and_profiles_it_on_any_device():
+    """benchmarks/bench_gpu_step.py, run here on the CPU (scripts/gpu_check.sh runs it on a GPU): the rate and the
+    milliseconds describe the same step, and the profile lists the step's operators (no kernels on a CPU)."""
+    from benchmarks.bench_gpu_step import profile_eager, step_rate
+
+    rate = step_rate("eager", "tiny", 2, "fp32", "cpu", rounds=1, steps=2)
+    assert rate["mode"] == "eager" and rate["tokens_per_sec"] > 0 and rate["first_steps_s"] > 0
+    assert rate["tokens_per_sec"] * rate["ms_per_step"] / 1e3 == pytest.approx(2 * 128)  # the tiny preset's context
+    profile = profile_eager("tiny", 2, "fp32", "cpu", steps=2)
+    assert profile["kernel_ms_per_step"] == 0 and profile["kernel_launches_per_step"] == 0
+    assert "aten::mm" in profile["top_host_ops"] and profile["profiled_wall_ms_per_step"] > 0

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from .corpus import VAL_FRACTION, check_splits_fit, sha256_text
+from .files import write_atomically
 from .tokenizer import Tokenizer
 
 
@@ -26,10 +27,7 @@ def encode_corpus(text: str, tokenizer: Tokenizer, cache_dir: Path | None) -> to
         return torch.load(path, weights_only=True)
     tokens = torch.tensor(tokenizer.encode(text), dtype=torch.int16 if tokenizer.vocab_size < 2**15 else torch.int32)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        torch.save(tokens, tmp)
-        tmp.replace(path)
+        write_atomically(path, lambda tmp: torch.save(tokens, tmp))
     return tokens
 
 

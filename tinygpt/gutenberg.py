@@ -10,6 +10,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from .files import write_atomically
+
 HOLMES_BOOKS: list[tuple[int, str]] = [
     (244, "A Study in Scarlet"),
     (2097, "The Sign of the Four"),
@@ -66,8 +68,5 @@ def download_holmes(out: str | Path, url_template: str = GUTENBERG_URL, timeout:
                 "Offline? Copy a UTF-8 corpus to the machine and pass it with --corpus, "
                 "or set TINYGPT_HOLMES_PATH to the path of holmes.txt"
             ) from None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text("\n\n".join(books) + "\n", encoding="utf-8")
-    tmp.replace(out)
+    write_atomically(out, lambda tmp: tmp.write_text("\n\n".join(books) + "\n", encoding="utf-8"))
     return out

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import regex
 
+from .files import write_atomically
+
 #: GPT-2 style pre-split: contractions, letter runs, digit runs, punctuation runs, whitespace.
 SPLIT_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 FORMAT_NAME = "tinygpt-bpe"
@@ -268,11 +270,7 @@ class Tokenizer:
         return tok
 
     def save(self, path: str | Path) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict()))
-        tmp.replace(path)
+        write_atomically(Path(path), lambda tmp: tmp.write_text(json.dumps(self.to_dict())))
 
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:
