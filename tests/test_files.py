@@ -47,3 +47,11 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary_file(tmp_path
         write_atomically(path, fail)
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["tokens.pt"]
+
+
+def test_the_file_gets_the_mode_a_plain_write_would(tmp_path: Path) -> None:
+    """A cache another user of the machine reads (the dashboard's and the worker's) keeps the umask's mode."""
+    plain = tmp_path / "plain.json"
+    plain.write_text("x")
+    write_atomically(tmp_path / "cache.json", lambda tmp: tmp.write_text("x"))
+    assert (tmp_path / "cache.json").stat().st_mode == plain.stat().st_mode

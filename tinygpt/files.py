@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,9 +22,7 @@ def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
     ('hello', ['b.txt'])
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(name)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")  # made by write(), so with the umask's mode
     try:
         write(tmp)
         os.replace(tmp, path)
