@@ -7,9 +7,11 @@ evaluations around the target, which is in the series' favour) divided by the se
 here in the same run: both recipes' steps alternate a few rounds before the fast runs start. Time is training
 time as the dashboard shows it (``elapsed_sec``: evaluation, samples and checkpoints excluded), on this machine's
 CPU in fp32. On a GPU (``--device cuda``, scripts/gpu_check.sh) both recipes are trained to the target for real,
-in precision auto.
+in precision auto; ``--compile-mode reduce-overhead`` compiles both (CUDA graphs there), the compilation counted in
+the training time as the dashboard counts it.
 
     python -m benchmarks.bench_speedrun [--seeds 1337,1,2] [--rounds 3] [--steps 5] [--device cuda]
+                                        [--compile-mode reduce-overhead]
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from tinygpt import device as dev
 from tinygpt.corpus import known_target
 from tinygpt.recipes import RECIPES
 from tinygpt.records import Callbacks, StepMetrics, TargetReached, read_metrics_csv
-from tinygpt.run_config import TrainConfig
+from tinygpt.run_config import COMPILE_MODES, TrainConfig
 from tinygpt.train import Trainer
 
 from .common import ROOT, holmes_path, machine, median, random_tokens
@@ -51,21 +53,29 @@ def tokens_to_target(rows: list[StepMetrics], target: float) -> float:
     raise ValueError(f"the validation loss never crosses {target}")
 
 
-def on_device(device: str) -> dict:
-    """The options every run here takes: the device, fp32 on a CPU (precision auto elsewhere), no samples."""
-    return {"device": device, "precision": "fp32" if device == "cpu" else "auto", "sample_tokens": 0}
+def on_device(device: str, compile_mode: str | None = None) -> dict:
+    """The options every run here takes: the device, fp32 on a CPU (precision auto elsewhere), no samples; with
+    ``compile_mode``, compiled in that mode.
+
+    >>> on_device("cuda", "reduce-overhead")["compile_mode"], "compile" in on_device("cpu")
+    ('reduce-overhead', False)
+    """
+    compiled = {"compile": True, "compile_mode": compile_mode} if compile_mode else {}
+    return {"device": device, "precision": "fp32" if device == "cpu" else "auto", "sample_tokens": 0, **compiled}
 
 
-def step_rates(recipes: list[str], rounds: int, steps: int, device: str) -> dict[str, float]:
+def step_rates(recipes: list[str], rounds: int, steps: int, device: str,
+               compile_mode: str | None = None) -> dict[str, float]:
     """Median tokens/s of each recipe's training step, the recipes alternating ``rounds`` times (random tokens:
     a step's cost does not depend on them)."""
-    configs = {r: TrainConfig.from_dict({"recipe": r, **on_device(device)}) for r in recipes}
+    configs = {r: TrainConfig.from_dict({"recipe": r, **on_device(device, compile_mode)}) for r in recipes}
     data = {r: random_tokens(c.model_config().vocab_size, 300_000) for r, c in configs.items()}
     rates: dict[str, list[float]] = {r: [] for r in recipes}
     with tempfile.TemporaryDirectory() as tmp:
         trainers = {r: Trainer(c, f"{tmp}/{r}", tokens=data[r][0], tokenizer=data[r][1]) for r, c in configs.items()}
         for trainer in trainers.values():
-            trainer._train_step(0)  # the first step allocates
+            for i in range(3 if compile_mode else 1):  # the first step allocates (and compiles; graphs: captures)
+                trainer._train_step(i)
         for _ in range(rounds):
             for name, trainer in trainers.items():
                 rates[name].append(timed_steps(trainer, steps))
@@ -101,9 +111,9 @@ class StopAtTarget(Callbacks):
 
 
 def train_to_target(recipe: str, seed: int, target: float, corpus: Path, cache_dir: Path, device: str,
-                    **options: object) -> dict:
-    config = TrainConfig.from_dict({"recipe": recipe, "seed": seed, "corpus": str(corpus), **on_device(device),
-                                    **options})
+                    compile_mode: str | None = None, **options: object) -> dict:
+    config = TrainConfig.from_dict({"recipe": recipe, "seed": seed, "corpus": str(corpus),
+                                    **on_device(device, compile_mode), **options})
     stop = StopAtTarget(target)
     with tempfile.TemporaryDirectory() as out:
         result = Trainer(config, out, callbacks=stop, cache_dir=cache_dir).run()
@@ -120,10 +130,11 @@ def in_own_process(fn: Callable[..., dict], *args: object, **kwargs: object) -> 
         return pool.submit(fn, *args, **kwargs).result()
 
 
-def run(seeds: tuple[int, ...] = (1337, 1, 2), rounds: int = 3, steps: int = 5, device: str = "cpu") -> dict:
+def run(seeds: tuple[int, ...] = (1337, 1, 2), rounds: int = 3, steps: int = 5, device: str = "cpu",
+        compile_mode: str | None = None) -> dict:
     corpus = holmes_path()
     target = known_target(corpus.read_text(encoding="utf-8"))
-    rates = step_rates(["series", "fast"], rounds, steps, device)
+    rates = step_rates(["series", "fast"], rounds, steps, device, compile_mode)
     with tempfile.TemporaryDirectory() as cache:
         if device == "cpu":  # two hours of this CPU: the series' recorded run, at the step's speed measured here
             series_run = None
@@ -131,12 +142,13 @@ def run(seeds: tuple[int, ...] = (1337, 1, 2), rounds: int = 3, steps: int = 5, 
             series_sec = series_tokens / rates["series"]
         else:  # evaluated as often as the fast recipe, so that both are timed as finely
             series_run = in_own_process(train_to_target, "series", seeds[0], target, corpus, Path(cache), device,
-                                        eval_every=40)
+                                        compile_mode, eval_every=40)
             series_tokens, series_sec = series_run["tokens"], series_run["train_sec"]
-        runs = [in_own_process(train_to_target, "fast", seed, target, corpus, Path(cache), device) for seed in seeds]
+        runs = [in_own_process(train_to_target, "fast", seed, target, corpus, Path(cache), device, compile_mode)
+                for seed in seeds]
     slowest = max((r["train_sec"] for r in runs), default=None) if all(r["reached"] for r in runs) else None
     return {
-        "target": target, "device": device, "threads": torch.get_num_threads(), "fast_options": RECIPES["fast"].options,
+        "target": target, "device": device, "compile_mode": compile_mode, "threads": torch.get_num_threads(), "fast_options": RECIPES["fast"].options,
         "series_tokens_to_target": series_tokens, "series_tokens_per_sec": rates["series"],
         "fast_step_tokens_per_sec": rates["fast"], "series_sec_to_target": series_sec, "series_run": series_run,
         "fast_runs": runs, "fast_slowest_sec": slowest,
@@ -150,10 +162,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--compile-mode", choices=COMPILE_MODES, help="compile both recipes in this mode (default: eager)")
     args = ap.parse_args()
     print(machine())
-    print(json.dumps(run(tuple(int(s) for s in args.seeds.split(",")), args.rounds, args.steps, args.device),
-                     indent=2))
+    seeds = tuple(int(s) for s in args.seeds.split(","))
+    print(json.dumps(run(seeds, args.rounds, args.steps, args.device, args.compile_mode), indent=2))
 
 
 if __name__ == "__main__":

@@ -3,11 +3,13 @@
 #   1. the holmes benchmark sweep (tinygpt bench: batch 8..256 x fp32/bf16/fp16),
 #   2. the launch-bound step, holmes batch 32 bf16: eager against CUDA graphs, and where an eager step's time
 #      goes (benchmarks/bench_gpu_step.py),
-#   3. both recipes (series, fast) trained to holmes 3.76: time to target (benchmarks/bench_speedrun.py),
+#   3. both recipes (series, fast) trained to holmes 3.76: time to target (benchmarks/bench_speedrun.py), eager and
+#      with CUDA graphs (compile_mode reduce-overhead; stopped with SIGABRT at its limit, so that Python's
+#      faulthandler prints where every thread was),
 #   4. the GPU-marked tests (device resolution, bf16/fp16 training, memory figures, the deferred NaN guard, CUDA
 #      graphs, CPU/GPU curves within 0.02, cached sampling, OOM in a sweep), and beside them, all at once, every
 #      training in recipes/gpu-runs/check.txt (seed groups, recipe candidates; scripts/gpu_trainings.sh).
-# The timed parts (1-3) run alone; each part has its own time limit, so the whole ends within 9 minutes.
+# The timed parts (1-3) run alone; each part has its own time limit, so the whole ends within 10 minutes.
 #
 #   scripts/gpu_check.sh [OUT_DIR]      (OUT_DIR default: gpu-check/; logs, JSON and runs/NAME/ land there)
 #
@@ -57,7 +59,7 @@ PY
 
 set +e  # every part runs even when one fails; the exit status says whether the tests passed
 echo "== holmes sweep: batch 8..256 x fp32/bf16/fp16"
-timeout -k 15 75 "$py" -m tinygpt bench --preset holmes --device cuda --batch-sizes 8,32,64,128,256 --steps 10 \
+timeout -k 10 50 "$py" -m tinygpt bench --preset holmes --device cuda --batch-sizes 8,32,64,128,256 --steps 10 \
   --warmup 3 --json > "$out/sweep.json"
 "$py" - "$out/sweep.json" <<'PY'
 import json, sys
@@ -66,22 +68,25 @@ print(format_table([Cell(**c) for c in json.load(open(sys.argv[1]))["cells"]]))
 PY
 
 echo "== the launch-bound step: holmes batch 32 bf16, eager and CUDA graphs"
-timeout -k 15 140 "$py" -m benchmarks.bench_gpu_step --device cuda 2>&1 | tee "$out/step.txt"
+timeout -k 10 85 "$py" -m benchmarks.bench_gpu_step --device cuda 2>&1 | tee "$out/step.txt"
 
 echo "== time to target: series and fast recipes to holmes 3.76 (one seed)"
 if $standin; then
   echo "skipped: needs the Holmes corpus (the stand-in has no known target)"
 else
-  timeout -k 15 130 "$py" -m benchmarks.bench_speedrun --device cuda --seeds 1337 2>&1 | tee "$out/speedrun.txt"
+  timeout -k 10 115 "$py" -m benchmarks.bench_speedrun --device cuda --seeds 1337 2>&1 | tee "$out/speedrun.txt"
+  echo "== time to target with CUDA graphs (compile_mode reduce-overhead)"
+  PYTHONFAULTHANDLER=1 timeout -s ABRT -k 10 165 "$py" -m benchmarks.bench_speedrun --device cuda --seeds 1337 \
+    --steps 10 --compile-mode reduce-overhead 2>&1 | tee "$out/speedrun-graphs.txt"
 fi
 
 echo "== GPU tests, and beside them the trainings of recipes/gpu-runs/check.txt"
 trainings=
 if ! $standin; then
-  PYTHON="$py" scripts/gpu_trainings.sh recipes/gpu-runs/check.txt "$out/runs" 190 > "$out/runs.txt" &
+  PYTHON="$py" scripts/gpu_trainings.sh recipes/gpu-runs/check.txt "$out/runs" 165 > "$out/runs.txt" &
   trainings=$!
 fi
-timeout -k 15 190 "$py" -m pytest -m gpu -q -p no:cacheprovider -o addopts="" tests/test_gpu.py 2>&1 | tee "$out/tests.txt"
+timeout -k 15 165 "$py" -m pytest -m gpu -q -p no:cacheprovider -o addopts="" tests/test_gpu.py 2>&1 | tee "$out/tests.txt"
 tests_status=${PIPESTATUS[0]}
 if [ -n "$trainings" ]; then wait "$trainings"; cat "$out/runs.txt"; fi
 exit "$tests_status"
