@@ -38,6 +38,7 @@ from .common import ROOT, machine
 
 RESULTS = ROOT / "benchmarks" / "results.json"
 GPU_RESULTS = ROOT / "benchmarks" / "gpu_results.json"  # from scripts/gpu_check.sh on a GPU machine
+GPU_STEP_GOAL = 2_000_000  # tokens/s of a holmes batch-32 step on an H200 (issue 27)
 # the train and speedrun suites on a CPU with bf16 units (AVX512-BF16 or AMX), when the page's own machine has
 # none: `python -m benchmarks.run --only train --cpu-bf16` there (or --only speedrun)
 CPU_BF16_RESULTS = ROOT / "benchmarks" / "cpu_bf16_results.json"
@@ -189,7 +190,7 @@ def gpu_section(gpu: dict) -> list[str]:
     batches = sorted({c["batch_size"] for c in gpu["cells"]})
     precisions = list(dict.fromkeys(c["precision"] for c in gpu["cells"]))
     lines = [
-        f"## GPU: holmes sweep on {gpu['machine']} ({gpu['date']})",
+        f"## GPU: holmes sweep on {gpu['machine']} ({gpu.get('check', gpu['date'])})",
         "",
         f"Recorded by `{gpu['command']}` on a lent GPU machine"
         + (f" (host: {gpu['host']})" if "host" in gpu else "")
@@ -224,23 +225,32 @@ def gpu_section(gpu: dict) -> list[str]:
 
 
 def gpu_step_section(step: dict) -> list[str]:
-    """The launch-bound step: eager against CUDA graphs, and the eager step's profile."""
-    rates = {r["mode"]: r for r in step["rates"]}
-    eager, prof = rates["eager"], step["profile"]
+    """The launch-bound step: eager against CUDA graphs (this check's and earlier checks'), the eager step's
+    profile, and the goal (:data:`GPU_STEP_GOAL`) held to every check's CUDA-graph rate."""
+    checks = [step, *step.get("earlier", [])]  # each: its label ("check") and rates by mode
+    eager, prof = {r["mode"]: r for r in step["rates"]}["eager"], step["profile"]
     lines = [
         f"### The launch-bound step: holmes batch {step['batch_size']}, {step['precision']}, eager and CUDA graphs",
         "",
         f"`{step['command']}` (benchmarks/bench_gpu_step.py): each mode in a process of its own, 3 untimed steps"
         " (compilation and graph capture), then the median of 3 rounds of 20 steps.",
         "",
-        "| mode | tokens/s | ms a step | against eager | first 3 steps (compile, capture) |",
-        "|---|---|---|---|---|",
+        "| check | mode | tokens/s | ms a step | against eager | first 3 steps (compile, capture) |",
+        "|---|---|---|---|---|---|",
     ]
-    for mode, r in rates.items():
-        name = "eager" if mode == "eager" else f"CUDA graphs (`compile_mode: {mode}`)"
-        lines.append(f"| {name} | {r['tokens_per_sec']:,.0f} | {r['ms_per_step']:.2f} |"
-                     f" {r['tokens_per_sec'] / eager['tokens_per_sec']:.2f}x | {r['first_steps_s']:.1f} s |")
+    for check in checks:
+        rates = {r["mode"]: r for r in check["rates"]}
+        for mode, r in rates.items():
+            name = "eager" if mode == "eager" else f"CUDA graphs (`compile_mode: {mode}`)"
+            lines.append(f"| {check['check']} | {name} | {r['tokens_per_sec']:,.0f} | {r['ms_per_step']:.2f} |"
+                         f" {r['tokens_per_sec'] / rates['eager']['tokens_per_sec']:.2f}x | {r['first_steps_s']:.1f} s |")
+    graphs = [(c["check"], r["tokens_per_sec"]) for c in checks for r in c["rates"] if r["mode"] != "eager"]
+    met = sum(rate >= GPU_STEP_GOAL for _, rate in graphs)
     lines += [
+        "",
+        f"Goal (issue 27: at least {GPU_STEP_GOAL:,} tokens/s at batch {step['batch_size']}): "
+        + ", ".join(f"{rate:,.0f} ({check})" for check, rate in graphs)
+        + f": met in {met} of {len(graphs)} checks.",
         "",
         f"Where the eager step's {eager['ms_per_step']:.1f} ms go (torch.profiler over 10 steps): the kernels run"
         f" {prof['kernel_ms_per_step']:.1f} ms of GPU time a step, out of {prof['kernel_launches_per_step']:.0f}"
@@ -252,7 +262,8 @@ def gpu_step_section(step: dict) -> list[str]:
 
 
 def gpu_speedrun_section(sp: dict) -> list[str]:
-    """Both recipes trained to the target on the GPU, eager, precision auto."""
+    """Both recipes trained to the target on the GPU, eager, precision auto; earlier checks' times, and with CUDA
+    graphs where recorded."""
     runs = [("series", sp["series_run"], sp["series_tokens_per_sec"])] + [
         ("fast", r, sp["fast_step_tokens_per_sec"]) for r in sp["fast_runs"]]
     lines = [
@@ -277,8 +288,29 @@ def gpu_speedrun_section(sp: dict) -> list[str]:
                   f" launch-bound its smaller step takes {ms['fast']:.1f} ms against the series' {ms['series']:.1f},"
                   f" so its tokens/s are {sp['fast_step_tokens_per_sec'] / sp['series_tokens_per_sec']:.2f}x."
                   " The recipe was made for CPUs (docs/SPEEDRUN.md section 13)."]
+    for e in sp.get("earlier", []):
+        lines += ["", f"Earlier check ({e['check']}): the series {e['series_sec']:.1f} s, the fast recipe"
+                  f" {e['fast_sec']:.1f} s ({e['fast_sec'] / e['series_sec']:.2f}x)."]
+    if graphs := sp.get("graphs"):
+        lines += ["", *gpu_graphs_paragraph(graphs, sp["target"], series["train_sec"])]
     lines.append("")
     return lines
+
+
+def gpu_graphs_paragraph(g: dict, target: float, series_eager_sec: float) -> list[str]:
+    """Both recipes to the target with CUDA graphs: times read from the runs' progress lines (whole seconds), as
+    the runs did not end within their part's limit (docs/SPEEDRUN.md section 14)."""
+    series, fast = g["series"], g["fast"]
+    low, high = min(series["train_sec"]), max(series["train_sec"])
+    return [f"With CUDA graphs (`{g['command']}`, {len(series['train_sec'])} runs; their times are the progress"
+            " lines' whole seconds, as neither run ended within its part's limit of"
+            f" {' and '.join(str(s) for s in g['limit_s'])} s): the series reached {target:g} at step"
+            f" {series['step']:,} ({series['tokens'] / 1e6:.2f}M tokens; whole split"
+            f" {', '.join(f'{v:.4f}' for v in series['val_loss_full'])}) in **{low}-{high} s** of training,"
+            f" compilation included: about {series_eager_sec / ((low + high) / 2):.1f}x sooner than eager. The fast"
+            f" recipe got no faster: {'/'.join(str(t) for t in fast['train_sec'])} s of training at step"
+            f" {fast['step']:,} against eager's {fast['eager_train_sec']} s (its compilation takes about"
+            f" {fast['compile_sec']} s, and Muon's optimizer step stays eager, launch by launch)."]
 
 
 def alerts_section(al: dict) -> list[str]:

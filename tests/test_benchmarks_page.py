@@ -77,3 +77,37 @@ def test_a_cpu_with_bf16_units_keeps_its_train_figures_when_its_speedrun_is_reco
     assert "## Training step on a CPU with bf16 units: " in text and "fast / series time to target: 0.34" in text
     with pytest.raises(SystemExit, match="^benchmarks.run: --cpu-bf16 measures train, speedrun; not sample$"):
         run.record_cpu_bf16(page, ["sample"])
+
+
+def gpu_step_results(*graphs_rates: float) -> dict:
+    """A GPU check's step record: eager at 500,000 tokens/s, CUDA graphs at each rate (the first this check's, the
+    others earlier checks')."""
+    def rates(graphs: float) -> list[dict]:
+        return [{"mode": "eager", "tokens_per_sec": 500_000.0, "ms_per_step": 16.4, "first_steps_s": 0.7},
+                {"mode": "reduce-overhead", "tokens_per_sec": graphs, "ms_per_step": 16.4 * 5e5 / graphs,
+                 "first_steps_s": 15.0}]
+    first, *earlier = graphs_rates
+    return {"check": "second", "preset": "holmes", "batch_size": 32, "precision": "bf16", "rates": rates(first),
+            "command": "python -m benchmarks.bench_gpu_step --device cuda",
+            "profile": {"kernel_ms_per_step": 4.58, "kernel_launches_per_step": 427.0},
+            "earlier": [{"check": f"earlier {i}", "rates": rates(r)} for i, r in enumerate(earlier, 1)]}
+
+
+def test_the_gpu_step_goal_is_held_to_every_checks_cuda_graph_rate():
+    lines = run.gpu_step_section(gpu_step_results(1_812_880.0, 2_237_980.0))
+    assert "| second | CUDA graphs (`compile_mode: reduce-overhead`) | 1,812,880 | 4.52 | 3.63x | 15.0 s |" in lines
+    assert "| earlier 1 | eager | 500,000 | 16.40 | 1.00x | 0.7 s |" in lines
+    assert ("Goal (issue 27: at least 2,000,000 tokens/s at batch 32): 1,812,880 (second), 2,237,980 (earlier 1):"
+            " met in 1 of 2 checks.") in lines
+    lines = run.gpu_step_section(gpu_step_results(1_999_999.0))
+    assert "Goal (issue 27: at least 2,000,000 tokens/s at batch 32): 1,999,999 (second): met in 0 of 1 checks." in lines
+
+
+def test_the_cuda_graph_time_to_target_reads_its_range_and_the_speed_up_over_eager():
+    graphs = {"command": "bench", "limit_s": [165, 225],
+              "series": {"step": 1120, "tokens": 9_175_040, "val_loss_full": [3.7550, 3.7543], "train_sec": [7, 8]},
+              "fast": {"step": 960, "train_sec": [38, 37], "eager_train_sec": 23, "compile_sec": 15}}
+    (text,) = run.gpu_graphs_paragraph(graphs, 3.76, 18.3)
+    assert "neither run ended within its part's limit of 165 and 225 s" in text
+    assert "reached 3.76 at step 1,120 (9.18M tokens; whole split 3.7550, 3.7543) in **7-8 s** of training" in text
+    assert "about 2.4x sooner than eager" in text and "38/37 s of training at step 960 against eager's 23 s" in text

@@ -46,8 +46,15 @@ def test_every_recipe_sets_run_options_to_values_they_accept(name):
     assert {k: getattr(config, k) for k in RECIPES[name].options} == RECIPES[name].options
 
 
+def test_the_best_model_recipe_is_the_fast_recipe_at_batch_32_for_1000_steps():
+    best = RECIPES["fast-best"].options
+    assert {k: v for k, v in best.items() if FAST.get(k) != v} == {"batch_size": 32, "steps": 1000, "eval_every": 24}
+    config = TrainConfig.from_dict({"recipe": "fast-best"})
+    assert config.batch_size * config.steps * config.model_config().context == 8_192_000  # within the series' 12.3M
+
+
 def test_an_unknown_recipe_is_refused_naming_the_choices():
-    with pytest.raises(ValueError, match="^recipe must be one of series, fast; got 'fastest'$"):
+    with pytest.raises(ValueError, match="^recipe must be one of series, fast, fast-best; got 'fastest'$"):
         TrainConfig.from_dict({"recipe": "fastest"})
 
 
@@ -61,12 +68,12 @@ def test_tinygpt_train_recipe_flag(tmp_path, slice_path):
     assert {k: config[k] for k in ("optimizer", "lr_schedule", "qk_norm", "dropout", "decay_fraction", "lr")} == \
         {k: FAST[k] for k in ("optimizer", "lr_schedule", "qk_norm", "dropout", "decay_fraction", "lr")}
     refused = tinygpt_here("train", "--recipe", "fastest", "--out", out, module="tinygpt.cli")
-    assert refused.returncode == 2 and "recipe must be one of series, fast; got 'fastest'" in refused.stderr
+    assert refused.returncode == 2 and "recipe must be one of series, fast, fast-best; got 'fastest'" in refused.stderr
 
 
 def test_the_api_applies_a_recipe_and_lists_them(make_app):
     client = make_app()
-    assert [r["name"] for r in client.get("/api/recipes").json()] == ["series", "fast"]
+    assert [r["name"] for r in client.get("/api/recipes").json()] == ["series", "fast", "fast-best"]
     assert client.get("/api/recipes").json()[1]["options"] == FAST
     created = client.post("/api/runs", json={"recipe": "fast", "preset": "tiny", "steps": 5, "device": "cpu"})
     assert created.status_code == 201, created.text
@@ -76,7 +83,7 @@ def test_the_api_applies_a_recipe_and_lists_them(make_app):
     refused = client.post("/api/runs", json={"recipe": "fastest"})
     assert refused.status_code == 422
     assert [(e["loc"][-1], e["msg"]) for e in refused.json()["detail"]] == \
-        [("recipe", "recipe must be one of series, fast; got 'fastest'")]
+        [("recipe", "recipe must be one of series, fast, fast-best; got 'fastest'")]
 
 
 def test_the_form_opens_filled_with_a_recipe(make_app):
@@ -86,8 +93,8 @@ def test_the_form_opens_filled_with_a_recipe(make_app):
     assert '<option value="muon" selected>' in page.text and '<option value="fast" selected>' in page.text
     assert re.search(r'<input name="steps" [^>]* value="(\d+)"', page.text)[1] == str(FAST["steps"])
     assert '<input type="checkbox" name="qk_norm" value="1" checked>' in page.text
-    refused = client.get("/new", params={"recipe": "fastest"})
-    assert refused.status_code == 422 and "unknown recipe &#39;fastest&#39;: did you mean &#39;fast&#39;?" in refused.text
+    refused = client.get("/new", params={"recipe": "fats"})
+    assert refused.status_code == 422 and "unknown recipe &#39;fats&#39;: did you mean &#39;fast&#39;?" in refused.text
 
 
 def test_a_sweep_over_recipes_queues_each_recipe_with_the_base_winning(tmp_path, slice_path):

@@ -22,6 +22,11 @@ class Recipe:
     options: dict = field(default_factory=dict)  # run options (TrainConfig's fields) and their values
 
 
+#: The fast recipe's options (docs/SPEEDRUN.md sections 1-10).
+FAST_OPTIONS = {"preset": "holmes", "n_layers": 4, "batch_size": 16, "optimizer": "muon", "lr": 0.002,
+                "lr_schedule": "wsd", "decay_fraction": 0.4, "qk_norm": True, "dropout": 0.1, "attn_dropout": 0.0,
+                "steps": 1200, "eval_every": 48, "eval_batches": 20}
+
 RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
@@ -31,9 +36,14 @@ RECIPES: dict[str, Recipe] = {
             "holmes validation loss 3.76 in about 0.38 of the series' time (docs/SPEEDRUN.md): 4 blocks instead "
             "of 6, Muon for the blocks' matrices, batch 16, a stable learning rate then a long linear decay (wsd), "
             "normalised queries and keys, dropout on the residual branches only, 1,200 steps",
-            {"preset": "holmes", "n_layers": 4, "batch_size": 16, "optimizer": "muon", "lr": 0.002,
-             "lr_schedule": "wsd", "decay_fraction": 0.4, "qk_norm": True, "dropout": 0.1, "attn_dropout": 0.0,
-             "steps": 1200, "eval_every": 48, "eval_batches": 20},
+            FAST_OPTIONS,
+        ),
+        Recipe(
+            "fast-best",
+            "the best model within the series' 12.3M tokens (docs/SPEEDRUN.md section 14): the fast recipe at "
+            "batch 32 for 1,000 steps (8.2M tokens), best validation loss at most 3.71 (the series') over 3 "
+            "seeds, in about half the series' time on a CPU",
+            {**FAST_OPTIONS, "batch_size": 32, "steps": 1000, "eval_every": 24},
         ),
     )
 }
@@ -52,6 +62,6 @@ def list_recipes() -> list[dict]:
     """Every recipe as data (``GET /api/recipes``, the new-run form): name, description, options.
 
     >>> [r["name"] for r in list_recipes()]
-    ['series', 'fast']
+    ['series', 'fast', 'fast-best']
     """
     return [{"name": r.name, "description": r.description, "options": dict(r.options)} for r in RECIPES.values()]

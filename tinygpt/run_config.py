@@ -43,7 +43,8 @@ class TrainConfig:
     its default, range or choices, help and group. :data:`OPTIONS` reads them back for every layer."""
 
     recipe: str = option(DEFAULT_RECIPE, "a named set of run options that fills the ones not given (series: the "
-                         "series' own; fast: holmes 3.76 sooner, docs/SPEEDRUN.md)", "model", choices=tuple(RECIPES))
+                         "series' own; fast: holmes 3.76 sooner; fast-best: a better model within the series' tokens; "
+                         "docs/SPEEDRUN.md)", "model", choices=tuple(RECIPES))
     # model
     preset: str = option("holmes", "model size and suggested schedule", "model", choices=tuple(PRESETS))
     arch: str | None = option(None, "architecture: positions, norm and MLP", "model",
