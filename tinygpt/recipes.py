@@ -41,8 +41,8 @@ RECIPES: dict[str, Recipe] = {
         Recipe(
             "fast-best",
             "the best model within the series' 12.3M tokens (docs/SPEEDRUN.md section 14): the fast recipe at "
-            "batch 32 for 1,000 steps (8.2M tokens), best validation loss at most 3.71 (the series') over 3 "
-            "seeds, in about half the series' time on a CPU",
+            "batch 32 for 1,000 steps (8.2M tokens), best validation loss 3.69-3.71 over 3 seeds "
+            "(the series' 3.711), in about half the series' time on a CPU",
             {**FAST_OPTIONS, "batch_size": 32, "steps": 1000, "eval_every": 24},
         ),
     )
