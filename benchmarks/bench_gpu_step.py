@@ -24,7 +24,7 @@ from tinygpt import device as dev
 from tinygpt.run_config import TrainConfig
 from tinygpt.train import Trainer
 
-from .bench_speedrun import in_own_process, timed_steps
+from .bench_speedrun import in_own_process, timed_steps, warm_up
 from .common import machine, median, random_tokens
 
 UNTIMED_STEPS = 3  # CUDA graph trees record on the second call and replay from the third
@@ -40,21 +40,12 @@ def make_trainer(out: str, mode: str, preset: str, batch_size: int, precision: s
     return Trainer(config, out, tokens=tokens, tokenizer=tokenizer)
 
 
-def warm_up(trainer: Trainer) -> float:
-    """The untimed first steps (compilation and graph capture land there); their seconds."""
-    t0 = time.perf_counter()
-    for i in range(UNTIMED_STEPS):
-        trainer._train_step(i)
-    dev.synchronize(trainer.device)
-    return time.perf_counter() - t0
-
-
 def step_rate(mode: str, preset: str, batch_size: int, precision: str, device: str, rounds: int,
               steps: int) -> dict:
     """One mode's tokens/s: the median of ``rounds`` timed rounds of ``steps`` steps."""
     with tempfile.TemporaryDirectory() as out:
         trainer = make_trainer(out, mode, preset, batch_size, precision, device)
-        first = warm_up(trainer)
+        first = warm_up(trainer, UNTIMED_STEPS)
         rate = median([timed_steps(trainer, steps) for _ in range(rounds)])
     per_step = batch_size * trainer.model_config.context
     return {"mode": mode, "tokens_per_sec": rate, "ms_per_step": 1e3 * per_step / rate, "first_steps_s": first}
@@ -68,7 +59,7 @@ def profile_eager(preset: str, batch_size: int, precision: str, device: str, ste
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
     with tempfile.TemporaryDirectory() as out:
         trainer = make_trainer(out, "eager", preset, batch_size, precision, device)
-        warm_up(trainer)
+        warm_up(trainer, UNTIMED_STEPS)
         with profile(activities=activities) as prof:
             t0 = time.perf_counter()
             for i in range(steps):

@@ -74,12 +74,20 @@ def step_rates(recipes: list[str], rounds: int, steps: int, device: str,
     with tempfile.TemporaryDirectory() as tmp:
         trainers = {r: Trainer(c, f"{tmp}/{r}", tokens=data[r][0], tokenizer=data[r][1]) for r, c in configs.items()}
         for trainer in trainers.values():
-            for i in range(3 if compile_mode else 1):  # the first step allocates (and compiles; graphs: captures)
-                trainer._train_step(i)
+            warm_up(trainer, 3 if compile_mode else 1)  # CUDA graph trees replay from the third call
         for _ in range(rounds):
             for name, trainer in trainers.items():
                 rates[name].append(timed_steps(trainer, steps))
     return {name: median(r) for name, r in rates.items()}
+
+
+def warm_up(trainer: Trainer, steps: int) -> float:
+    """The untimed first ``steps`` steps (allocation, compilation and graph capture land there); their seconds."""
+    t0 = time.perf_counter()
+    for i in range(steps):
+        trainer._train_step(i)
+    dev.synchronize(trainer.device)
+    return time.perf_counter() - t0
 
 
 def timed_steps(trainer: Trainer, steps: int) -> float:
