@@ -32,7 +32,8 @@ def test_info_lists_presets_and_devices():
     for name in ("holmes", "tiny", "student", "small"):
         assert name in out
     recipes = out.split("recipes (tinygpt train --recipe NAME; the options given win):\n")[1]
-    assert recipes.startswith("  series   the series' recipe") and "\n           the defaults\n  fast  " in recipes
+    assert recipes.startswith("  series     the series' recipe") and "\n             the defaults\n  fast       " in recipes
+    assert "\n  fast-best  the best model within" in recipes
     assert "optimizer muon, lr 0.002, lr_schedule wsd" in recipes
     assert "cpu" in out and "unavailable" in out
     assert f"CPU flags: {cpu_summary()}" in out

@@ -12,6 +12,18 @@ from .presets import ARCHS, list_presets, model_config
 from .recipes import list_recipes
 
 UNTRAINED_TOLERANCE = 0.1
+NAME_WIDTH = 10  # the lists' first column: the longest name (fast-best) and a space
+
+
+def print_entry(name: str, *lines: str) -> None:
+    """One entry of a list: ``name`` in the first column beside its first line, the others under that line.
+
+    >>> print_entry("fast-best", "a recipe", "its options")
+      fast-best  a recipe
+                 its options
+    """
+    for i, line in enumerate(lines):
+        print(f"  {name if i == 0 else '':<{NAME_WIDTH}} {line}")
 
 
 @torch.no_grad()
@@ -55,11 +67,11 @@ def print_presets() -> None:
     print("presets (parameters per architecture):")
     for p in list_presets():
         counts = ", ".join(f"{a} {p['params'][a]:,}" for a in ARCHS)
-        print(f"  {p['name']:<8} {p['description']}\n           default {p['default_arch']}; {counts}")
+        print_entry(p["name"], p["description"], f"default {p['default_arch']}; {counts}")
     print("recipes (tinygpt train --recipe NAME; the options given win):")
     for r in list_recipes():
         options = ", ".join(f"{k} {v}" for k, v in r["options"].items()) or "the defaults"
-        print(f"  {r['name']:<8} {r['description']}\n           {options}")
+        print_entry(r["name"], r["description"], options)
 
 
 def print_devices() -> None:
@@ -67,11 +79,11 @@ def print_devices() -> None:
     for d in available_devices():
         desc = d["description"]
         if not d["available"]:
-            print(f"  {d['device']:<8} unavailable: {d['reason']}")
+            print_entry(d["device"], f"unavailable: {d['reason']}")
         elif desc is None:
-            print(f"  {d['device']:<8} available")
+            print_entry(d["device"], "available")
         elif desc["type"] == "cpu":
-            print(f"  {d['device']:<8} {desc['name']}, {desc['threads']} threads, {desc['capability']}, torch {desc['torch']}")
-            print(f"  {'':<8} CPU flags: {cpu_summary()}")
+            print_entry(d["device"], f"{desc['name']}, {desc['threads']} threads, {desc['capability']}, torch {desc['torch']}",
+                        f"CPU flags: {cpu_summary()}")
         else:
-            print(f"  {d['device']:<8} {desc['name']}, {desc.get('memory_mib')} MiB, torch {desc['torch']}")
+            print_entry(d["device"], f"{desc['name']}, {desc.get('memory_mib')} MiB, torch {desc['torch']}")
