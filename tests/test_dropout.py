@@ -9,6 +9,9 @@ import torch.nn.functional as F
 from tinygpt.config import GPTConfig
 from tinygpt.dropout import Dropout, causal_attention, dropout, keep_mask
 from tinygpt.model import GPT
+from tinygpt.train import train
+
+from .test_train import Recorder
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
@@ -109,3 +112,20 @@ def test_model_trains_through_the_cheap_masks_and_evaluates_without_them():
     torch.manual_seed(1)
     assert torch.equal(model(idx)[0], first)  # the seed decides the masks
     assert not torch.equal(model(idx)[0], first)
+
+
+def test_late_dropout_trains_its_first_steps_as_a_run_without_dropout(tmp_path, tiny_config, cache_dir):
+    """``dropout_start`` 0.5 of 8 steps: steps 1-4 lose exactly what a run without dropout loses (the same seed,
+    so the same batches and weights), step 5 on differ (the masks start); dropout from the first step differs
+    at once."""
+    def losses(name: str, **options: object) -> list[float]:
+        rec = Recorder()
+        train(tiny_config(steps=8, eval_every=8, log_every=1, sample_tokens=0, **options), tmp_path / name,
+              callbacks=rec, cache_dir=cache_dir)
+        return [m.train_loss for m in rec.steps if m.step > 0]
+
+    late, never, always = (losses("late", dropout=0.1, dropout_start=0.5), losses("never", dropout=0.0),
+                           losses("always", dropout=0.1))
+    assert len(late) == 8
+    assert late[:4] == never[:4] and late[4] != never[4]
+    assert always[0] != never[0]

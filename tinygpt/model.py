@@ -223,6 +223,23 @@ class GPT(nn.Module):
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
+    def set_dropout(self, on: bool) -> None:
+        """Dropout as configured (``on``) or none, in every module that drops (the run option ``dropout_start``
+        turns it on part-way; evaluation mode drops nothing either way).
+
+        >>> from tinygpt.presets import model_config
+        >>> model = GPT(model_config("tiny", vocab_size=300, context=16, dropout=0.1, attn_dropout=0.05))
+        >>> model.set_dropout(False); model.drop.p, model.blocks[0].attn.dropout
+        (0.0, 0.0)
+        >>> model.set_dropout(True); model.blocks[1].drop.p, model.blocks[1].attn.dropout
+        (0.1, 0.05)
+        """
+        for module in self.modules():
+            if isinstance(module, nn.Dropout):
+                module.p = self.config.dropout if on else 0.0
+            elif isinstance(module, CausalSelfAttention):
+                module.dropout = self.config.attention_dropout if on else 0.0
+
     def num_params(self) -> int:
         """Unique parameters (the tied embedding counted once)."""
         return sum(p.numel() for p in self.parameters())

@@ -118,6 +118,9 @@ class TrainConfig:
                                    advanced=True, applies_with=("lr_schedule", "wsd"))
     min_lr_ratio: float = option(0.1, "the schedule's floor at the last step, as a fraction of the peak",
                                  "schedule", ge=0, le=1, advanced=True)
+    dropout_start: float = option(0.0, "late dropout: the share of the steps trained without dropout before "
+                                  "dropout and attn_dropout start (0: from the first step)", "schedule", ge=0, lt=1,
+                                  advanced=True)
     # evaluation and samples
     eval_every: int = option(250, "evaluate (and checkpoint) every", "evaluation and samples", ge=1,
                              le=10_000_000, unit="steps")
@@ -162,6 +165,14 @@ class TrainConfig:
 
     def warmup_steps(self) -> int:
         return self.warmup if self.warmup is not None else min(200, self.steps // 10)
+
+    def dropout_on(self, step: int) -> bool:
+        """Whether step ``step`` (0-based) trains with dropout: from ``dropout_start`` of the steps on.
+
+        >>> [TrainConfig(steps=10, dropout_start=0.3).dropout_on(s) for s in (0, 2, 3, 9)]
+        [False, False, True, True]
+        """
+        return step >= round(self.dropout_start * self.steps)
 
     def eval_batch_count(self) -> int:
         """Batches per split in each evaluation: ``eval_batches``, else as many over both splits together as

@@ -328,6 +328,7 @@ class Trainer:
 
         torch.manual_seed(config.seed)  # init on the CPU: the same weights on every device
         self.model = GPT(self.model_config)
+        self.dropout_on = True  # as built: the configured dropout (set_dropout changes it)
         self.model.gradient_checkpointing = config.grad_checkpointing
         self.model.to(self.device)
         self.optimizer = make_optimizer(self.model, config, self.device)
@@ -583,6 +584,9 @@ class Trainer:
         """One optimizer update (over ``grad_accum`` micro-batches); returns the mean loss, detached."""
         cfg = self.config
         set_lr(self.optimizer, step, cfg)
+        if cfg.dropout_on(step) != self.dropout_on:  # late dropout: none until dropout_start of the steps
+            self.dropout_on = cfg.dropout_on(step)
+            self.model.set_dropout(self.dropout_on)
         batches = (  # every rank draws the same global batch and trains on its own rows
             tuple(distributed.shard(t, self.dist) for t in get_batch(
                 self.splits.train, cfg.batch_size, self.model_config.context, self.batch_gen, self.device))
