@@ -56,9 +56,16 @@ def test_the_speedrun_section_names_the_recipe_measured_and_the_slowest_seeds_ra
     assert "The fast recipe measured: batch_size 16, n_layers 4." in lines
     assert "| 1 | 1104 | 4.52M | 18.3 min | 3.7550 |" in lines
     assert "fast / series time to target: 0.34" in lines
+    assert "(the slowest of 3 seed(s), 0.340; the goal: at most a third, the slowest of 3: NOT met)" in lines
+    assert "(the slowest of 3 seed(s), 0.328; the goal: at most a third, the slowest of 3: met)" in \
+        speedrun_section(speedrun_results(1000.0, 1060.0, 1050.0))  # 1,060 s of the series' 3,234.5
+    assert "fast / series time to target: 0.33" in speedrun_section(speedrun_results(1080.0, 1000.0, 1000.0))
+    assert "(the slowest of 3 seed(s), 0.334; the goal: at most a third, the slowest of 3: NOT met)" in \
+        speedrun_section(speedrun_results(1080.0, 1000.0, 1000.0))  # 0.334 prints as 0.33 but is over a third
     lines = speedrun_section(speedrun_results(1000.0, None, 1050.0))
     assert "| 1 | not in 1152 steps (best 3.8000) | | | |" in lines
     assert "fast / series time to target: not measured (a seed did not reach the target)" in lines
+    assert "(the slowest of 3 seed(s); the goal: at most a third, the slowest of 3: NOT met)" in lines
 
 
 def test_a_cpu_with_bf16_units_keeps_its_train_figures_when_its_speedrun_is_recorded(tmp_path, monkeypatch):

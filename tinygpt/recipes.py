@@ -22,10 +22,9 @@ class Recipe:
     options: dict = field(default_factory=dict)  # run options (TrainConfig's fields) and their values
 
 
-#: The fast recipe's options (docs/SPEEDRUN.md sections 1-10).
-FAST_OPTIONS = {"preset": "holmes", "n_layers": 4, "batch_size": 16, "optimizer": "muon", "lr": 0.002,
-                "lr_schedule": "wsd", "decay_fraction": 0.4, "qk_norm": True, "dropout": 0.1, "attn_dropout": 0.0,
-                "steps": 1200, "eval_every": 48, "eval_batches": 20}
+#: What the fast recipes share (docs/SPEEDRUN.md sections 1-10): the model, the optimizer and the schedule's shape.
+FAST_BASE = {"preset": "holmes", "n_layers": 4, "optimizer": "muon", "lr": 0.002, "lr_schedule": "wsd",
+             "decay_fraction": 0.4, "qk_norm": True, "dropout": 0.1, "attn_dropout": 0.0, "eval_batches": 20}
 
 RECIPES: dict[str, Recipe] = {
     r.name: r
@@ -33,17 +32,19 @@ RECIPES: dict[str, Recipe] = {
         Recipe("series", "the series' recipe: AdamW, cosine decay, dropout 0.1 on the holmes model (the defaults)"),
         Recipe(
             "fast",
-            "holmes validation loss 3.76 in about 0.38 of the series' time (docs/SPEEDRUN.md): 4 blocks instead "
-            "of 6, Muon for the blocks' matrices, batch 16, a stable learning rate then a long linear decay (wsd), "
-            "normalised queries and keys, dropout on the residual branches only, 1,200 steps",
-            FAST_OPTIONS,
+            "holmes validation loss 3.76 in about 0.33 of the series' time (docs/SPEEDRUN.md): 4 blocks instead "
+            "of 6, Muon for the blocks' matrices, batch 16, a stable learning rate then a long linear decay to zero "
+            "(wsd), normalised queries and keys, dropout on the residual branches only and from 30% of the steps "
+            "on, 1,056 steps",
+            {**FAST_BASE, "batch_size": 16, "steps": 1056, "min_lr_ratio": 0.0, "dropout_start": 0.3,
+             "eval_every": 48},
         ),
         Recipe(
             "fast-best",
-            "the best model within the series' 12.3M tokens (docs/SPEEDRUN.md section 14): the fast recipe at "
-            "batch 32 for 1,000 steps (8.2M tokens), best validation loss 3.69-3.71 over 3 seeds "
+            "the best model within the series' 12.3M tokens (docs/SPEEDRUN.md section 14): the fast recipe's model "
+            "and optimizer at batch 32 for 1,000 steps (8.2M tokens), best validation loss 3.69-3.71 over 3 seeds "
             "(the series' 3.711), in about half the series' time on a CPU",
-            {**FAST_OPTIONS, "batch_size": 32, "steps": 1000, "eval_every": 24},
+            {**FAST_BASE, "batch_size": 32, "steps": 1000, "eval_every": 24},
         ),
     )
 }
