@@ -584,9 +584,10 @@ class Trainer:
         """One optimizer update (over ``grad_accum`` micro-batches); returns the mean loss, detached."""
         cfg = self.config
         set_lr(self.optimizer, step, cfg)
-        if cfg.dropout_on(step) != self.dropout_on:  # late dropout: none until dropout_start of the steps
-            self.dropout_on = cfg.dropout_on(step)
-            self.model.set_dropout(self.dropout_on)
+        dropout_on = cfg.dropout_on(step)  # late dropout: none until dropout_start of the steps
+        if dropout_on != self.dropout_on:
+            self.dropout_on = dropout_on
+            self.model.set_dropout(dropout_on)
         batches = (  # every rank draws the same global batch and trains on its own rows
             tuple(distributed.shard(t, self.dist) for t in get_batch(
                 self.splits.train, cfg.batch_size, self.model_config.context, self.batch_gen, self.device))
