@@ -58,8 +58,8 @@ def test_the_best_model_recipe_is_the_fast_recipes_model_at_batch_32_for_1000_st
 
 def test_the_fast_recipe_decays_to_zero_and_starts_dropout_late():
     config = TrainConfig.from_dict({"recipe": "fast"})
-    assert (config.steps, config.min_lr_ratio, config.dropout_start) == (1056, 0.0, 0.3)
-    assert [config.dropout_on(step) for step in (0, 316, 317, 1055)] == [False, False, True, True]
+    assert (config.steps, config.min_lr_ratio, config.dropout_start) == (1008, 0.0, 0.5)
+    assert [config.dropout_on(step) for step in (0, 503, 504, 1007)] == [False, False, True, True]
 
 
 def test_an_unknown_recipe_is_refused_naming_the_choices():

@@ -32,11 +32,11 @@ RECIPES: dict[str, Recipe] = {
         Recipe("series", "the series' recipe: AdamW, cosine decay, dropout 0.1 on the holmes model (the defaults)"),
         Recipe(
             "fast",
-            "holmes validation loss 3.76 in about 0.33 of the series' time (docs/SPEEDRUN.md): 4 blocks instead "
+            "holmes validation loss 3.76 in about 0.31 of the series' time (docs/SPEEDRUN.md): 4 blocks instead "
             "of 6, Muon for the blocks' matrices, batch 16, a stable learning rate then a long linear decay to zero "
-            "(wsd), normalised queries and keys, dropout on the residual branches only and from 30% of the steps "
-            "on, 1,056 steps",
-            {**FAST_BASE, "batch_size": 16, "steps": 1056, "min_lr_ratio": 0.0, "dropout_start": 0.3,
+            "(wsd), normalised queries and keys, dropout on the residual branches only and from half the steps on, "
+            "1,008 steps",
+            {**FAST_BASE, "batch_size": 16, "steps": 1008, "min_lr_ratio": 0.0, "dropout_start": 0.5,
              "eval_every": 48},
         ),
         Recipe(
