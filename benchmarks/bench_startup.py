@@ -144,8 +144,7 @@ def run(runs: int = 4) -> dict:
         finally:
             proc.stop()
         alone = in_process(home)
-    return {"back_to_back": back_to_back, "user_pace": paced, "settings": SERVED, "in_process": alone,
-            "date": time.strftime("%Y-%m-%d")}
+    return {"back_to_back": back_to_back, "user_pace": paced, "settings": SERVED, "in_process": alone}
 
 
 if __name__ == "__main__":

@@ -138,7 +138,7 @@ def run(steps: int = 200, rounds: int = 5) -> dict:
         pruned = one_sweep(warm, steps, pruned=True)
         print(json.dumps(pruned), file=sys.stderr, flush=True)
         unpruned_cold = one_sweep(cold, steps, pruned=False)
-    return {"steps": steps, "date": time.strftime("%Y-%m-%d"), "early_terminate": EARLY_TERMINATE, "unpruned": unpruned, "pruned": pruned,
+    return {"steps": steps, "early_terminate": EARLY_TERMINATE, "unpruned": unpruned, "pruned": pruned,
             "startup": startup,
             "overhead_cold": round(unpruned_cold["wall_s"] / unpruned_cold["train_s"], 2),
             "token_ratio": round(pruned["tokens"] / unpruned["tokens"], 3),

@@ -501,7 +501,8 @@ def render(results: dict, machine_line: str, cpu_line: str, date: str) -> str:
         lines += train_section(tr, cpu_line, f"## Training step ({tr['preset']} preset, batch {tr['batch_size']} x 256 tokens, CPU)")
     bf = json.loads(CPU_BF16_RESULTS.read_text()) if CPU_BF16_RESULTS.exists() else {}
     if "train" in bf:
-        lines += train_section(bf["train"], bf["cpu"], f"## Training step on a CPU with bf16 units: {bf['machine']} ({bf['date']})")
+        heading = f"## Training step on a CPU with bf16 units: {bf['machine']} ({bf['train'].get('date', bf['date'])})"
+        lines += train_section(bf["train"], bf["cpu"], heading)
     if sm := results.get("sample"):
         lines += [
             f"## Sampling ({sm['preset']} preset, {sm['new_tokens']} new tokens, CPU, fp32)",
@@ -607,7 +608,8 @@ def render(results: dict, machine_line: str, cpu_line: str, date: str) -> str:
     if sp := results.get("speedrun"):
         lines += speedrun_section(sp)
     if "speedrun" in bf:
-        lines += speedrun_section(bf["speedrun"], f" on {bf['machine']}, CPU flags {bf['cpu']} ({bf['date']})")
+        when = bf["speedrun"].get("date", bf["date"])
+        lines += speedrun_section(bf["speedrun"], f" on {bf['machine']}, CPU flags {bf['cpu']} ({when})")
     if al := results.get("alerts"):
         lines += alerts_section(al)
     if rp := results.get("report"):
@@ -658,6 +660,16 @@ def render(results: dict, machine_line: str, cpu_line: str, date: str) -> str:
     return "\n".join(lines)
 
 
+def measure(name: str) -> dict:
+    """One suite's results, printed, with the day it started (``date``: a suite's section heading names when it was
+    measured, not when the results file was last written)."""
+    print(f"running {name} ...", flush=True)
+    started = datetime.date.today().isoformat()
+    result = {**SUITES[name](), "date": started}
+    print(json.dumps(result, indent=2), flush=True)
+    return result
+
+
 def record_cpu_bf16(out: Path, suites: list[str]) -> None:
     """``--cpu-bf16``: suites (train, speedrun) on this CPU with bf16 units, kept apart from results.json (another
     machine's) and merged with this machine's earlier ones, then the page rewritten from both."""
@@ -668,11 +680,11 @@ def record_cpu_bf16(out: Path, suites: list[str]) -> None:
     m, cpu = machine(), cpu_summary()
     kept = json.loads(CPU_BF16_RESULTS.read_text()) if CPU_BF16_RESULTS.exists() else {}
     record = kept if (kept.get("machine"), kept.get("cpu")) == (m, cpu) else {}
+    for name in set(CPU_BF16_SUITES) & set(record):  # kept from before suites were dated: the file's date is theirs
+        record[name].setdefault("date", record["date"])
     print(f"{m}\nCPU flags: {cpu}", flush=True)
     for name in suites:
-        print(f"running {name} ...", flush=True)
-        record[name] = SUITES[name]()
-        print(json.dumps(record[name], indent=2), flush=True)
+        record[name] = measure(name)
     record.update(machine=m, cpu=cpu, date=datetime.date.today().isoformat())
     CPU_BF16_RESULTS.write_text(json.dumps(record, indent=2) + "\n")
     saved = json.loads(RESULTS.read_text())
@@ -704,9 +716,7 @@ def main() -> None:
     print(f"{m}\nCPU flags: {cpu}", flush=True)
     results = saved.get("results", {}) if saved.get("machine") == m and saved.get("cpu") == cpu else {}
     for name in (args.only or ",".join(SUITES)).split(","):
-        print(f"running {name} ...", flush=True)
-        results[name] = SUITES[name]()
-        print(json.dumps(results[name], indent=2), flush=True)
+        results[name] = measure(name)
     date = datetime.date.today().isoformat()
     RESULTS.write_text(json.dumps({"machine": m, "cpu": cpu, "date": date, "results": results}, indent=2) + "\n")
     args.out.write_text(render(results, m, cpu, date))

@@ -3,6 +3,7 @@ another machine's figures kept beside the page's own."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 
@@ -78,10 +79,13 @@ def test_a_cpu_with_bf16_units_keeps_its_train_figures_when_its_speedrun_is_reco
     monkeypatch.setattr(run, "cpu_has_bf16", lambda: True)
     monkeypatch.setitem(run.SUITES, "speedrun", lambda: speedrun_results(1000.0, 1100.0, 1050.0))
     run.record_cpu_bf16(page, ["speedrun"])
-    record = json.loads(kept.read_text())
-    assert (record["train"], record["speedrun"]["fast_over_series"]) == (train, 1100.0 / 3_234.5)
+    record, today = json.loads(kept.read_text()), datetime.date.today().isoformat()
+    assert (record["train"], record["speedrun"]["fast_over_series"]) == ({**train, "date": "2026-12-01"},
+                                                                          1100.0 / 3_234.5)
+    assert (record["date"], record["speedrun"]["date"]) == (today, today)
     text = page.read_text()
-    assert "## Training step on a CPU with bf16 units: " in text and "fast / series time to target: 0.34" in text
+    assert f"## Training step on a CPU with bf16 units: {run.machine()} (2026-12-01)" in text  # when it was measured
+    assert f"CPU flags {run.cpu_summary()} ({today})" in text and "fast / series time to target: 0.34" in text
     with pytest.raises(SystemExit, match="^benchmarks.run: --cpu-bf16 measures train, speedrun; not sample$"):
         run.record_cpu_bf16(page, ["sample"])
 
