@@ -19,6 +19,7 @@ from app.models import Run, RunCreate
 from app.services.sweeps import sweep_detail
 from app.settings import Settings
 from app.sweep_submit import submit_local
+from tinygpt.optimization import lr_at
 from tinygpt.recipes import FAST_BASE, RECIPES
 from tinygpt.run_config import OPTIONS, TrainConfig
 
@@ -46,13 +47,15 @@ def test_every_recipe_sets_run_options_to_values_they_accept(name):
     assert {k: getattr(config, k) for k in RECIPES[name].options} == RECIPES[name].options
 
 
-def test_the_best_model_recipe_is_the_fast_recipes_model_at_batch_32_for_1000_steps():
+def test_the_best_model_recipe_is_the_fast_recipes_model_at_batch_32_for_1000_steps_with_weight_decay():
     best = RECIPES["fast-best"].options
     assert {k: best[k] for k in FAST_BASE} == FAST_BASE
-    assert {k: v for k, v in best.items() if k not in FAST_BASE} == {"batch_size": 32, "steps": 1000, "eval_every": 24}
+    assert {k: v for k, v in best.items() if k not in FAST_BASE} == {
+        "batch_size": 32, "steps": 1000, "eval_every": 24, "muon_weight_decay": 0.15, "min_lr_ratio": 0.0}
     config = TrainConfig.from_dict({"recipe": "fast-best"})
-    # as measured (docs/SPEEDRUN.md section 14): the decay to a tenth of the peak, dropout from the first step
-    assert (config.min_lr_ratio, config.dropout_start) == (0.1, 0.0)
+    # as measured (docs/SPEEDRUN.md section 17): the decay down to zero at the last step, dropout from the first
+    assert (config.min_lr_ratio, config.dropout_start, config.muon_weight_decay) == (0.0, 0.0, 0.15)
+    assert lr_at(config.steps, config) == 0.0 < lr_at(config.steps - 1, config)
     assert config.batch_size * config.steps * config.model_config().context == 8_192_000  # within the series' 12.3M
 
 

@@ -41,10 +41,12 @@ RECIPES: dict[str, Recipe] = {
         ),
         Recipe(
             "fast-best",
-            "the best model within the series' 12.3M tokens (docs/SPEEDRUN.md section 14): the fast recipe's model "
-            "and optimizer at batch 32 for 1,000 steps (8.2M tokens), best validation loss 3.69-3.71 over 3 seeds "
-            "(the series' 3.711), in about half the series' time on a CPU",
-            {**FAST_BASE, "batch_size": 32, "steps": 1000, "eval_every": 24},
+            "the best model within the series' 12.3M tokens (docs/SPEEDRUN.md sections 14 and 17): the fast "
+            "recipe's model and optimizer at batch 32 for 1,000 steps (8.2M tokens) with Muon's weight decay and "
+            "the decay down to zero, best validation loss 3.66-3.68 over 3 seeds on a CPU (the series' 3.711), in "
+            "about half the series' time on a CPU",
+            {**FAST_BASE, "batch_size": 32, "steps": 1000, "eval_every": 24, "muon_weight_decay": 0.15,
+             "min_lr_ratio": 0.0},
         ),
     )
 }
