@@ -7,6 +7,10 @@ PY      := $(VENV)/bin/python
 # plain PyPI, add TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" to avoid the CUDA build.
 TORCH_SPEC     ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
+# llama.cpp for the GGUF tests (built from source): without its multimodal library, and portable (AVX2, not
+# -march=native): a native build on a CPU with AMX crashes in ggml_backend_amx_mul_mat on q8_0 files (llama.cpp
+# issue 20824), and every machine then tests the same code. pip's wheel cache ignores CMAKE_ARGS: --no-cache-dir.
+LLAMA_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF
 # The Holmes corpus beside the repository (the shared data of the series), when it is there.
 HOLMES_SHARED := $(abspath ../shared/data/holmes.txt)
 ifneq ($(wildcard $(HOLMES_SHARED)),)
@@ -21,7 +25,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
-	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(PY) -m pip install -q -e ".[test,export-test]"
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q --no-cache-dir -e ".[test,export-test]"
 	touch $@
 
 # The main job: the dashboard (app + a worker for this machine's best device).
