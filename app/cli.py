@@ -18,8 +18,10 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tinygpt import __version__
 from tinygpt.stop_signals import set_on_signals
 
 if TYPE_CHECKING:
@@ -52,6 +54,21 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     add_worker_arguments(p)
 
 
+def schema_ready(command: str) -> bool:
+    """Bring the database's schema up to date before a service starts (the app's start-up and the worker's do
+    it again: nothing left then); False, with a one-line message, when it cannot (``TINYGPT_AUTO_MIGRATE`` false
+    and an older schema, a database of a newer version, an upgrade refused)."""
+    from .db import init_db
+    from .schema import SchemaError
+
+    try:
+        init_db()
+    except SchemaError as exc:
+        print(f"tinygpt {command}: error: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def run_app(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -64,6 +81,8 @@ def run_app(args: argparse.Namespace) -> int:
         check_bind(settings, args.host)
     except BindError as exc:
         print(f"tinygpt: error: {exc}", file=sys.stderr)
+        return 2
+    if not schema_ready(args.command):
         return 2
     app = create_app(host=args.host)
     if STOP.is_set():  # stopped while starting: nothing to shut down
@@ -84,6 +103,8 @@ def run_worker_command(args: argparse.Namespace) -> int:
     from worker.registry import WorkerNameInUse
 
     devices = [check_device_name(d) for d in args.devices.split(",")] if args.devices else None
+    if not schema_ready("worker"):
+        return 2
     try:
         run_worker(devices, args.name, stop=STOP, parent=getattr(args, "parent", None))
     except WorkerNameInUse as exc:
@@ -100,6 +121,8 @@ def run_slurm_executor_command(args: argparse.Namespace) -> int:
     if not get_settings().slurm:
         print("tinygpt slurm-executor: error: the slurm pool is off: set TINYGPT_SLURM=true and its settings "
               "(README, On a Slurm cluster)", file=sys.stderr)
+        return 2
+    if not schema_ready("slurm-executor"):
         return 2
     run_slurm_executor(stop=STOP)
     return 0
@@ -154,6 +177,48 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_db_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    sub.add_parser("status", help="the database's schema revision and this version's")
+    sub.add_parser("upgrade", help="back the database up (SQLite), then bring its schema to this version's")
+    sub.add_parser("backup", help="a consistent copy of the SQLite database into $TINYGPT_HOME/backups/")
+    r = sub.add_parser("restore", help="replace the SQLite database with a backup (the dashboard stopped); "
+                       "the current one is backed up first")
+    r.add_argument("file", type=Path, help="a backup, e.g. $TINYGPT_HOME/backups/tinygpt-20261205T101500.000Z-0010.db")
+
+
+def run_db_command(args: argparse.Namespace) -> int:
+    """``tinygpt db``: the schema's revision, upgrades, backups and restores by hand (app/schema.py)."""
+    from . import schema
+    from .db import get_engine, upgrade_schema
+    from .settings import get_settings
+
+    settings = get_settings()
+    try:
+        if args.db_command == "status":
+            if settings.db_url.startswith("sqlite") and not schema.sqlite_path(settings).is_file():
+                print(f"no database yet at {schema.sqlite_path(settings)}: the dashboard makes it when it starts")
+                return 0
+            state = schema.database_state(get_engine(settings))
+            print(f"database {settings.db_url}: revision {state.current or 'none (empty)'}; this version "
+                  f"({__version__}) needs {state.head}" + ("" if state.up_to_date else ": run `tinygpt db upgrade`"))
+        elif args.db_command == "upgrade":
+            done = upgrade_schema(settings, explicit=True)
+            found = done.found
+            print(f"database at revision {found.head}" + (" (it was already)" if found.up_to_date else
+                  f" (was {found.current or 'empty'})") + (f"; a backup of it before: {done.backup}" if done.backup else ""))
+        elif args.db_command == "backup":
+            print(f"wrote {schema.backup_database(settings)}")
+        else:
+            previous = schema.restore_database(settings, args.file)
+            kept = f"; the database it replaced: {previous}" if previous else ""
+            print(f"restored {args.file} into {schema.sqlite_path(settings)}{kept}")
+    except schema.SchemaError as exc:
+        print(f"tinygpt db {args.db_command}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = [w for w in (sys.argv[1:] if argv is None else argv) if not w.startswith("-")]
     if words and words[0] in SERVICE_COMMANDS:
@@ -179,6 +244,8 @@ def extra_commands() -> list[ExtraCommand]:
         ExtraCommand("worker", "start a worker that runs queued jobs", add_worker_arguments, run_worker_command),
         ExtraCommand("slurm-executor", "submit the slurm pool's runs to Slurm and follow their jobs",
                      lambda p: None, run_slurm_executor_command),
+        ExtraCommand("db", "the database: its schema revision, upgrade, backup and restore (README: Upgrading)",
+                     add_db_arguments, run_db_command),
         ExtraCommand("sweep", "submit a hyperparameter sweep (W&B-style YAML) to the dashboard",
                      add_sweep_arguments, run_sweep_command),
     ]

@@ -8,13 +8,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from sqlalchemy import event, inspect, text
+from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, SQLModel, create_engine
 
 from .settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from .schema import Upgraded
 
 RowT = TypeVar("RowT", bound=SQLModel)
 
@@ -51,35 +54,33 @@ def get_engine(settings: Settings | None = None) -> Engine:
     return engine_for((settings or get_settings()).db_url)
 
 
-MIGRATIONS = Path(__file__).resolve().parent / "migrations"
-FIRST_REVISION = "0001"  # the schema that create_all() made before migrations existed
 PG_MIGRATION_LOCK = 727_001  # pg_advisory_lock key: one process migrates at a time
 
 
 def init_db(settings: Settings | None = None) -> Engine:
-    """Bring the schema up to date (Alembic, ``upgrade head``) for SQLite and PostgreSQL alike.
+    """The engine, its schema brought up to date first (:func:`upgrade_schema`)."""
+    settings = settings or get_settings()
+    upgrade_schema(settings)
+    return get_engine(settings)
 
-    Called at start-up by the app and the worker, which may start together (not by the jobs a worker
-    starts: it migrated before it claimed their runs): migrations run
-    under a lock (a lock file beside a SQLite database, an advisory lock on PostgreSQL).
-    A database made by an earlier version without migrations is stamped with the first
-    revision, then upgraded.
+
+def upgrade_schema(settings: Settings, *, explicit: bool = False) -> Upgraded:
+    """Bring the schema up to date (Alembic, ``upgrade head``) for SQLite and PostgreSQL alike, backing an
+    existing SQLite database up first and losing no row (:mod:`app.schema`).
+
+    Called at start-up by the app, the worker and the Slurm executor, which may start together (not by the
+    jobs a worker starts: it migrated before it claimed their runs): migrations run under a lock (a lock file
+    beside a SQLite database, an advisory lock on PostgreSQL). With ``TINYGPT_AUTO_MIGRATE`` false an older
+    schema raises :class:`app.schema.SchemaOutOfDate` unless ``explicit`` (``tinygpt db upgrade``).
     """
-    # imported here: the processes that only use the database (every job) skip Alembic's 0.24 s import
-    from alembic import command
-    from alembic.config import Config as AlembicConfig
+    from . import (
+        schema,  # Alembic's 0.24 s import: the processes that only use the database (every job) skip it
+    )
 
     engine = get_engine(settings)
     logging.getLogger("alembic").setLevel(logging.WARNING)  # one line per process start is noise
-    with migration_lock(engine), engine.begin() as connection:
-        config = AlembicConfig()
-        config.set_main_option("script_location", str(MIGRATIONS))
-        config.attributes["connection"] = connection
-        tables = set(inspect(connection).get_table_names())
-        if "runs" in tables and "alembic_version" not in tables:
-            command.stamp(config, FIRST_REVISION)
-        command.upgrade(config, "head")
-    return engine
+    with migration_lock(engine):
+        return schema.upgrade(engine, settings, explicit=explicit)
 
 
 @contextmanager

@@ -56,6 +56,13 @@ class Settings(BaseSettings):
 
     home: Path = Field(default=DEFAULT_HOME, description="data folder: database, runs, datasets, caches")
     database_url: str | None = Field(default=None, description="SQLAlchemy URL; default sqlite:///$TINYGPT_HOME/tinygpt.db")
+    auto_migrate: bool = Field(default=True, description="bring the database's schema up to date when the app, a "
+                               "worker or the Slurm executor starts (a SQLite database is backed up first); false: "
+                               "they refuse to start on an older schema until `tinygpt db upgrade` (README: "
+                               "Upgrading)")
+    backups_kept: int = Field(default=5, ge=1, le=1000, description="how many backups of the SQLite database "
+                              "`$TINYGPT_HOME/backups/` keeps (one is written before every upgrade and by `tinygpt "
+                              "db backup`); older ones are removed")
     shared_dir: Path | None = Field(default=None, description="folder for run folders and uploads that workers on "
                                     "other machines reach (a network file system mounted at the same path on "
                                     "each); default $TINYGPT_HOME")

@@ -8,23 +8,16 @@ import sys
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
-from alembic.config import Config
 from alembic.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 from sqlmodel import Session, SQLModel, select
 
 from app import models  # noqa: F401
-from app.db import FIRST_REVISION, MIGRATIONS, engine_for, init_db
+from app.db import engine_for, init_db
+from app.schema import FIRST_REVISION, alembic_config, head_revision
 from app.settings import Settings
 
 TABLES = {"runs", "metrics", "samples", "events", "datasets", "benchmark_results", "alembic_version"}
-
-
-def head_revision() -> str:
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    return ScriptDirectory.from_config(config).get_current_head()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -51,11 +44,8 @@ def test_the_models_and_the_migrations_agree(settings):
 
 
 def migrate_to(settings: Settings, revision: str) -> None:
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
     with engine_for(settings.db_url).begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
+        command.upgrade(alembic_config(connection), revision)
 
 
 def test_a_database_from_before_migrations_is_adopted_with_its_data(tmp_path):

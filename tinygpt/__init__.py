@@ -4,4 +4,9 @@ Depends on torch, regex and the standard library only (the command line adds tqd
 for its progress bar); it never imports the dashboard's ``app`` or ``worker``.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:  # the one declaration of the version is pyproject.toml's: the installed package's metadata carries it
+    __version__ = version("tinygpt-dashboard")
+except PackageNotFoundError:  # a checkout on the path, never installed
+    __version__ = "0+unknown"

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import __version__
 from . import export as export_formats
 from .corpus import CorpusError
 from .dashboard_client import DashboardError
@@ -150,6 +151,7 @@ def add_token_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup
 def build_parser(extra: Sequence[ExtraCommand] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tinygpt", description="Train, sample and inspect tiny GPTs.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log more")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("info", help="presets, parameter breakdown, untrained loss, devices")

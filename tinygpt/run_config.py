@@ -13,7 +13,7 @@ ValueError: lr must be in (0, 1], got 2.0
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import get_args
 
 from .config import SIZE_BOUNDS, GPTConfig, MlpKind, NormKind, PosKind
@@ -162,6 +162,23 @@ class TrainConfig:
         naming both fields for sizes that do not fit together)."""
         overrides = {name: getattr(self, name) for name in MODEL_OVERRIDES if getattr(self, name) is not None}
         return model_config(self.preset, self.arch, **overrides)
+
+    def resolved(self) -> TrainConfig:
+        """This run with nothing left to its preset, its architecture or a rule: every model size and switch,
+        the warmup, the evaluation's batches and the logging and sampling intervals as this version resolves
+        them. The dashboard stores a run's options resolved when it is submitted, so that a later version's
+        presets or rules cannot change what the run means (resuming it included). The model and the schedule
+        are the same either way; ``precision``, ``threads`` and ``device`` are the device's to resolve.
+
+        >>> r = TrainConfig(preset="tiny", steps=100, eval_every=50).resolved()
+        >>> (r.arch, r.d_model, r.n_layers, r.context, r.mlp, r.warmup, r.eval_batches, r.log_every, r.sample_every)
+        ('modern', 64, 4, 128, 'swiglu', 10, 20, 10, 50)
+        """
+        model = self.model_config()
+        shape = {name: getattr(model, name) for name in MODEL_OVERRIDES if name != "attn_dropout"}  # None: dropout's
+        return replace(self, arch=self.arch or PRESETS[self.preset].default_arch, **shape, warmup=self.warmup_steps(),
+                       eval_batches=self.eval_batch_count(), log_every=self.log_interval(),
+                       sample_every=self.sample_interval())
 
     def warmup_steps(self) -> int:
         return self.warmup if self.warmup is not None else min(200, self.steps // 10)

@@ -433,7 +433,9 @@ class Trainer:
 
     def _restore(self, path: Path) -> None:
         ckpt = read_checkpoint(path, map_location=self.device)
-        if ckpt["model_config"] != self.model_config.to_dict():
+        # as configs, not dicts: a checkpoint of an earlier version lacks the fields added since, whose
+        # defaults are the model it trained
+        if GPTConfig.from_dict(ckpt["model_config"]) != self.model_config:
             raise ValueError(f"{path} holds a different model ({ckpt['model_config']}); cannot resume")
         self.model.load_state_dict(ckpt["model"])
         load_optimizer_state(self.optimizer, ckpt["optimizer"])

@@ -62,6 +62,7 @@ from .runs import (
     TimeToTarget,
     library_config,
     option_field,
+    resolved_options,
     slurm_state_text,
 )
 from .sessions import BrowserSession
@@ -107,6 +108,7 @@ __all__ = [
     "TRAINING_OPTIONS",
     "ModelSizeQuery",
     "library_config",
+    "resolved_options",
     "RunConfig",
     "RepeatRequest",
     "RunCreate",

@@ -138,6 +138,17 @@ def library_config(config: SQLModel) -> TrainConfig:
     return TrainConfig(**{name: getattr(config, name) for name in TRAINING_OPTIONS})
 
 
+def resolved_options(config: SQLModel) -> dict[str, Any]:
+    """A run's options with every size, switch and rule left to its preset resolved (:meth:`TrainConfig.resolved`):
+    what a run stores when it is submitted.
+
+    >>> resolved_options(RunConfig(preset="tiny"))["d_model"], RunConfig(preset="tiny").d_model is None
+    (64, True)
+    """
+    resolved = library_config(config).resolved().to_dict()
+    return {name: resolved[name] for name in TRAINING_OPTIONS}
+
+
 def _recipe_fills(data: Any) -> Any:
     """The options a body leaves out take its recipe's values (tinygpt/recipes.py), then their defaults."""
     return with_recipe(data) if isinstance(data, dict) else data

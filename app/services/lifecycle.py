@@ -34,6 +34,7 @@ from ..models import (
     RunStatus,
     as_utc,
     library_config,
+    resolved_options,
     utcnow,
 )
 from ..settings import Settings
@@ -135,7 +136,8 @@ def add_runs(session: Session, *, body: RunCreate, settings: Settings, sweep_id:
     ``group_id``'s); a sweep's trial names its sweep."""
     check_run(session, body=body, settings=settings)
     devices, seeds = body.devices(), body.seed_list()
-    config = body.model_dump(mode="json", exclude=set(RunCreate.PLACEMENT))
+    # resolved now: what the run means is fixed when it is submitted, whatever a later version's presets say
+    config = {**body.model_dump(mode="json", exclude=set(RunCreate.PLACEMENT)), **resolved_options(body)}
     pool = run_pool(body, settings)
     if config["target_val_loss"] is None:  # its dataset's, shown with the run's options (the job would find it too)
         config["target_val_loss"] = dataset_target(session, name=body.dataset, configured=None)
