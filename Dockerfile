@@ -31,7 +31,8 @@ COPY worker worker
 COPY templates templates
 COPY static static
 COPY docker/entrypoint.sh /usr/local/bin/tinygpt-entrypoint
-RUN pip install -e .
+# installed as the wheel installs it (templates and static files inside the package), not as an editable checkout
+RUN pip install . && rm -rf build
 
 # The Holmes corpus, fetched at build time when the build has internet access; the entrypoint
 # copies it into the data volume on first start. Offline builds skip it: the first run on the

@@ -17,14 +17,22 @@ ifneq ($(wildcard $(HOLMES_SHARED)),)
 export TINYGPT_HOLMES_PATH ?= $(HOLMES_SHARED)
 endif
 
-.PHONY: install run test test-slow test-scale test-slurm test-all coverage lint bench clean chromium postgresql slurm
+.PHONY: install install-test run test test-slow test-scale test-slurm test-all coverage lint bench clean chromium postgresql slurm
 
+# What running needs: torch, then the package and its runtime dependencies (`make run`).
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e .
+	touch $@
+
+# What testing needs besides: the test and export-test extras (pytest, playwright, transformers, llama.cpp, ...).
+install-test: $(VENV)/.installed-test
+
+$(VENV)/.installed-test: $(VENV)/.installed
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q --no-cache-dir -e ".[test,export-test]"
 	touch $@
 
@@ -32,7 +40,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 run: install
 	$(VENV)/bin/tinygpt serve
 
-lint: install
+lint: install-test
 	$(VENV)/bin/ruff check tinygpt app worker tests benchmarks scripts
 
 chromium:
@@ -59,24 +67,24 @@ test: lint chromium postgresql
 # The slow tests: faults (kills, full disk, ...), API fuzzing, load, scale-out, long trainings, a real
 # single-node Slurm (about 16 minutes on 2 cores: two pytest processes, then the load test by itself);
 # CI runs them after `make test`.
-test-slow: install chromium postgresql slurm
+test-slow: install-test chromium postgresql slurm
 	$(PY) -m pytest -q -m "slow and not gpu and not alone" $(TWO_PROCESSES) --durations=20
 	$(PY) -m pytest -q -m "slow and not gpu and alone" --durations=5
 
 # Scale-out: 4 workers against 16 queued runs on PostgreSQL (about a minute); CI runs it with `make test-slow`.
-test-scale: install postgresql
+test-scale: install-test postgresql
 	$(PY) -m pytest -q -m scale
 
 # The Slurm executor against a real single-node Slurm (about 4 minutes); CI runs it with `make test-slow`.
-test-slurm: install slurm
+test-slurm: install-test slurm
 	$(PY) -m pytest -q -m slurm
 
-test-all: install chromium postgresql slurm
+test-all: install-test chromium postgresql slurm
 	$(PY) -m pytest -q -m "not gpu"
 
 # Branch coverage of tinygpt, app and worker over both suites together (subprocesses included); slower than
 # `make test` + `make test-slow`, so not part of CI. Prints the report; coverage.json keeps the figures.
-coverage: install chromium postgresql slurm
+coverage: install-test chromium postgresql slurm
 	rm -f .coverage .coverage.*
 	-$(VENV)/bin/coverage run -m pytest -q -m "not gpu" $(TWO_PROCESSES) -p no:cacheprovider
 	$(VENV)/bin/coverage combine -q
@@ -84,7 +92,7 @@ coverage: install chromium postgresql slurm
 	$(VENV)/bin/coverage json -q -o coverage.json
 
 # Benchmarks: measured side by side in one run; rewrites BENCHMARKS.md.
-bench: install
+bench: install-test
 	$(PY) -m benchmarks.run
 
 clean:

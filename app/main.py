@@ -19,6 +19,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
+from tinygpt import __version__
+
 from . import api_docs
 from .api import benchmarks, catalog, events, export, reports, runs, sweeps
 from .db import init_db, session_scope
@@ -68,7 +70,7 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
         await run_in_threadpool(warming.join)  # never a thread still working while the interpreter exits
 
     # the documentation pages and the schema are routes of our own (app/api_docs.py): offline, and guarded
-    app = FastAPI(title="TinyGPT Dashboard", version="0.1.0", lifespan=lifespan, dependencies=[Depends(guard)],
+    app = FastAPI(title="TinyGPT Dashboard", version=__version__, lifespan=lifespan, dependencies=[Depends(guard)],
                   docs_url=None, redoc_url=None, openapi_url=None)
     app.state.settings = settings  # the guard reads it from the first request on
     app.state.streams = events.StreamCounter()

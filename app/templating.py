@@ -8,6 +8,7 @@ default). No link carries a scheme or host, so a page served over HTTPS by a pro
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,15 @@ from fastapi.templating import Jinja2Templates
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
+from tinygpt import __version__
 from tinygpt.options import option_value_text
 from tinygpt.records import duration_text
 
 from .models.runs import FINISHED
 from .static_files import asset_version
 
-ROOT = Path(__file__).resolve().parent.parent
+#: The templates folder: the repository's top-level templates/, installed as the package app.templates
+TEMPLATES = Path(str(resources.files("app.templates")))
 
 
 def root_path(request: Request) -> str:
@@ -109,7 +112,7 @@ def excerpt_text(text: str | None, length: int = 100) -> str:
     return line if len(line) <= length else line[: length - 1] + "…"
 
 
-templates = Jinja2Templates(directory=ROOT / "templates", context_processors=[page_context])
+templates = Jinja2Templates(directory=TEMPLATES, context_processors=[page_context])
 templates.env.globals["fmt"] = lambda v: "–" if v is None else f"{v:.4f}"
 templates.env.filters["duration"] = duration_text  # seconds as "1 h 51 min" (the library's words)
 templates.env.filters["ratio"] = ratio_text
@@ -118,6 +121,7 @@ templates.env.filters["excerpt"] = excerpt_text
 templates.env.filters["spread"] = spread_text
 templates.env.filters["difference"] = difference_text
 templates.env.filters["option_value"] = option_value_text  # the library's words for an option's value
+templates.env.globals["version"] = __version__  # every page's footer (the installed package's metadata)
 templates.env.globals["finished"] = [s.value for s in FINISHED]
 templates.env.globals["asset_version"] = asset_version()  # our CSS and JavaScript, kept by browsers until it changes
 

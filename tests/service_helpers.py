@@ -149,12 +149,16 @@ def engine_independent(home: Home) -> None:
 
 
 class Proc:
-    def __init__(self, args: list[str], home: Home, log_name: str) -> None:
+    """A ``tinygpt`` service command: this checkout's (``python -m app.cli``), or ``command`` (an installed
+    ``tinygpt``) started in ``cwd``."""
+
+    def __init__(self, args: list[str], home: Home, log_name: str, command: list[str] | None = None,
+                 cwd: Path = ROOT) -> None:
         self.home = home
         self.log_path = home.path / f"{log_name}.log"
         self.log = open(self.log_path, "w")  # noqa: SIM115
-        self.popen = subprocess.Popen([sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=home.env(),
-                                      stdout=self.log, stderr=subprocess.STDOUT)
+        self.popen = subprocess.Popen([*(command or [sys.executable, "-m", "app.cli"]), *args], cwd=cwd,
+                                      env=home.env(), stdout=self.log, stderr=subprocess.STDOUT)
 
     def signal(self, sig: int) -> None:
         self.popen.send_signal(sig)
@@ -200,9 +204,9 @@ class AppServer(Proc):
 class Serve(Proc):
     """`tinygpt serve`: the app and its own worker."""
 
-    def __init__(self, home: Home, *args: str) -> None:
+    def __init__(self, home: Home, *args: str, command: list[str] | None = None, cwd: Path = ROOT) -> None:
         self.port = free_port()
-        super().__init__(["serve", "--port", str(self.port), *args], home, f"serve-{self.port}")
+        super().__init__(["serve", "--port", str(self.port), *args], home, f"serve-{self.port}", command, cwd)
         self.url = f"http://127.0.0.1:{self.port}"
         wait_for(lambda: self.answers(), timeout=60, message="tinygpt serve to answer")
 

@@ -17,6 +17,7 @@ from fastapi.routing import APIRoute, iter_route_contexts
 
 from app.main import create_app
 from app.settings import Settings
+from tinygpt import __version__
 
 from .conftest import IMPORTED_RUN, checkpoint_file
 from .service_helpers import AppServer, Home
@@ -149,5 +150,5 @@ def test_static_assets_and_health_stay_open(site):
     for path in (versioned, "/static/vendor/htmx.org-2.0.8/htmx.min.js"):
         kept = httpx.get(f"{app.url}{path}", timeout=30)
         assert (kept.status_code, kept.headers["cache-control"]) == (200, "public, max-age=31536000, immutable")
-    assert httpx.get(f"{app.url}/healthz", timeout=30).json() == {"status": "ok"}
+    assert httpx.get(f"{app.url}/healthz", timeout=30).json() == {"status": "ok", "version": __version__}
     assert httpx.get(f"{app.url}/login", timeout=30).status_code == 200

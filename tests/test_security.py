@@ -16,6 +16,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tinygpt import __version__
+
 from .service_helpers import ROOT, AppServer, Home, free_port
 
 TOKEN = "correct-horse-battery-staple-42"
@@ -70,7 +72,7 @@ def test_state_changes_need_the_token(guarded):
         # reading needs it too (tests/test_access.py: every route); the health check stays open
         assert c.get(f"/api/runs/{run_id}").status_code == 401
         assert c.get(f"/api/runs/{run_id}", headers=bearer()).json()["status"] == "queued"
-        assert c.get("/healthz").json() == {"status": "ok"}
+        assert c.get("/healthz").json() == {"status": "ok", "version": __version__}
 
 
 def test_event_streams_need_the_token(guarded):

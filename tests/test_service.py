@@ -11,6 +11,8 @@ import time
 import pytest
 import torch
 
+from tinygpt import __version__
+
 from .service_helpers import (
     TINY,
     AppServer,
@@ -286,7 +288,7 @@ def test_presets_devices_health(shared):
         assert presets["holmes"]["params"]["series"] == 5_781_504
         devices = {d["device"]: d for d in c.get("/api/devices").json()}
         assert devices["cpu"]["available"]
-        assert c.get("/healthz").json() == {"status": "ok"}
+        assert c.get("/healthz").json() == {"status": "ok", "version": __version__}
         assert c.get("/openapi.json").status_code == 200
 
 

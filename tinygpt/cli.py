@@ -294,7 +294,8 @@ def cmd_train(args: argparse.Namespace, paths: Paths) -> int:
     corpus = args.corpus or paths.holmes_corpus()
     from_file = train_options(read_config_arg(args.config)) if args.config else {}
     flags = {name: getattr(args, name) for name in OPTIONS if hasattr(args, name)}
-    config = TrainConfig.from_dict({**from_file, **flags, "corpus": str(corpus)})
+    # resolved as the dashboard resolves a submission: config.json and the checkpoints say what the run means
+    config = TrainConfig.from_dict({**from_file, **flags, "corpus": str(corpus)}).resolved()
     for warning in unused_options([*from_file, *flags], config):
         print(f"tinygpt: warning: {warning}", file=sys.stderr)
     if not corpus.exists() and args.corpus is None:

@@ -216,7 +216,7 @@ def failure_message(exc: BaseException, run: Run) -> str:
 def train_config(run: Run, corpus: Path) -> TrainConfig:
     """The run's stored options are the declaration's own (``tinygpt.run_config.OPTIONS``): read back with a
     check; the corpus file and the claimed device are the worker's."""
-    options = {name: value for name, value in run.config.items() if name in OPTIONS}
+    options = {name: value for name, value in run.training_options.items() if name in OPTIONS}
     return TrainConfig.from_dict({**options, "corpus": str(corpus), "device": run.device or "auto"})
 
 

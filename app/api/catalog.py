@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Query, UploadFile
 from sqlalchemy import text
 
+from tinygpt import __version__
 from tinygpt.options import Option
 from tinygpt.presets import list_presets, model_size
 from tinygpt.recipes import list_recipes
@@ -102,4 +103,4 @@ def compare(session: SessionDep, ids: Annotated[str, Query(max_length=500, descr
 @health_router.get("/healthz")
 async def healthz(session: SessionDep) -> dict:
     session.exec(text("SELECT 1"))
-    return {"status": "ok"}
+    return {"status": "ok", "version": __version__}

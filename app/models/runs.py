@@ -284,7 +284,10 @@ class Run(SQLModel, table=True):
     name: str
     kind: str = Field(default=RunKind.train)
     status: str = Field(default=RunStatus.queued, index=True)
-    config: dict = Field(sa_column=Column(JSON, nullable=False))
+    config: dict = Field(sa_column=Column(JSON, nullable=False))  # the options as submitted (unset: left open)
+    # the training options as they were resolved at submission (TrainConfig.resolved): what it trains with, whatever a
+    # later version's presets say; None for a run submitted before 0011 that never trains again (or not trained here)
+    resolved_config: dict | None = Field(default=None, sa_column=Column(JSON))
     requested_device: str = "auto"
     device: str | None = None
     device_info: dict | None = Field(default=None, sa_column=Column(JSON))
@@ -338,6 +341,12 @@ class Run(SQLModel, table=True):
     job_token_hash: str | None = None
     prune_requested: bool = False  # a Slurm trial its sweep's pruner stopped: its end is ``pruned``
 
+    @property
+    def training_options(self) -> dict:
+        """What the run trains with: its options resolved at submission, else (submitted before they were
+        stored) as submitted."""
+        return self.resolved_config or self.config
+
 
 class RunWorkerPublic(SQLModel):
     """Where a run ran: the worker's name and its machine's host name (the device is in ``device_info``)."""
@@ -385,6 +394,10 @@ class RunPublic(SQLModel):
     kind: str
     status: str
     config: dict
+    resolved_config: dict | None = Field(description="the training options as resolved when it was submitted: every "
+                                         "size, switch and rule its preset and architecture left open (what it trains "
+                                         "with); null for runs submitted before this was stored, and reported or "
+                                         "imported runs")
     requested_device: str
     device: str | None
     device_info: dict | None

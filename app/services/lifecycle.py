@@ -136,8 +136,9 @@ def add_runs(session: Session, *, body: RunCreate, settings: Settings, sweep_id:
     ``group_id``'s); a sweep's trial names its sweep."""
     check_run(session, body=body, settings=settings)
     devices, seeds = body.devices(), body.seed_list()
+    config = body.model_dump(mode="json", exclude=set(RunCreate.PLACEMENT))
     # resolved now: what the run means is fixed when it is submitted, whatever a later version's presets say
-    config = {**body.model_dump(mode="json", exclude=set(RunCreate.PLACEMENT)), **resolved_options(body)}
+    resolved = resolved_options(body)
     pool = run_pool(body, settings)
     if config["target_val_loss"] is None:  # its dataset's, shown with the run's options (the job would find it too)
         config["target_val_loss"] = dataset_target(session, name=body.dataset, configured=None)
@@ -149,6 +150,7 @@ def add_runs(session: Session, *, body: RunCreate, settings: Settings, sweep_id:
         return f"{base} [{', '.join(parts)}]" if parts else base
 
     return [new_run(session, name=name(device, seed), config={**config, "seed": seed}, settings=settings,
+                    resolved_config={**resolved, "seed": seed, "target_val_loss": config["target_val_loss"]},
                     requested_device=device, tags=body.tags, group_id=group, sweep_id=sweep_id, trial=trial,
                     pool=pool, time_limit=body.time_limit)
             for device in devices for seed in seeds]

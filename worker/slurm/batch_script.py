@@ -31,8 +31,9 @@ def train_command(run: Run, *, corpus: Path, settings: Settings) -> list[str]:
     python = shlex.split(settings.slurm_python) if settings.slurm_python else [sys.executable]
     gpus = int(run.config.get("gpus", 1))
     device = "cuda" if settings.slurm_gres else run.requested_device
-    options = {name: value for name, value in run.config.items()  # those that change nothing in this run go unsaid
-               if name in OPTIONS and name != "device" and OPTIONS[name].applies(run.config)}
+    trained = run.training_options
+    options = {name: value for name, value in trained.items()  # those that change nothing in this run go unsaid
+               if name in OPTIONS and name != "device" and OPTIONS[name].applies(trained)}
     launcher = (["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}", "-m", "tinygpt"]
                 if gpus > 1 else ["-m", "tinygpt"])
     return [*python, *launcher, "train", "--config", json.dumps(options, sort_keys=True, separators=(",", ":")),

@@ -1,12 +1,13 @@
-"""resolved options: the runs still to train (queued, running, crashed) get every option their preset, architecture
-or a rule left open written into their stored options, as this revision's code resolved them
+"""resolved options: a run's training options as resolved at submission (``runs.resolved_config``), filled for the
+runs still to train (queued, running, crashed) as this revision's code resolved them
 
 Revision ID: 0011
 Revises: 0010
 Create Date: 2026-12-05 16:00:00
 
-Runs submitted from now on store them resolved (``TrainConfig.resolved``); this fixes the meaning of the runs
-submitted before, which will train after the upgrade. Finished runs keep their options as recorded. The presets,
+Runs submitted from now on store them when they are submitted (``TrainConfig.resolved``); this fixes the meaning
+of the runs submitted before that will train after the upgrade. ``config`` (the options as submitted) is left as it
+is, and finished runs get none (they never train again). The presets,
 architectures and rules are copied here as tinygpt/presets.py and tinygpt/run_config.py had them from revision
 0001 to this one: a later version's may differ, and these runs were submitted under these.
 """
@@ -24,6 +25,7 @@ branch_labels = None
 depends_on = None
 
 UNFINISHED = ('queued', 'running', 'crashed')
+NOT_TRAINING_OPTIONS = ('dataset', 'gpus', 'resume', 'notify')  # what the dashboard adds to a run's options
 #: preset: (default architecture, sizes)
 PRESETS = {
     'holmes': ('series', {'vocab_size': 4096, 'd_model': 256, 'n_heads': 4, 'n_layers': 6, 'context': 256, 'dropout': 0.1}),
@@ -56,17 +58,19 @@ def resolved(config: dict) -> dict:
 
 
 def upgrade() -> None:
+    with op.batch_alter_table('runs', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('resolved_config', sa.JSON(), nullable=True))
     conn = op.get_bind()
-    runs = sa.table('runs', sa.column('id', sa.Integer), sa.column('config', sa.JSON), sa.column('status'),
-                    sa.column('kind'), sa.column('origin'))
+    runs = sa.table('runs', sa.column('id', sa.Integer), sa.column('config', sa.JSON),
+                    sa.column('resolved_config', sa.JSON), sa.column('status'), sa.column('kind'), sa.column('origin'))
     rows = conn.execute(sa.select(runs.c.id, runs.c.config).where(
         runs.c.status.in_(UNFINISHED), runs.c.kind == 'train', runs.c.origin == 'dashboard')).all()
     for run_id, config in rows:
         config = json.loads(config) if isinstance(config, str) else config
-        new = resolved(config)
-        if new != config:
-            conn.execute(runs.update().where(runs.c.id == run_id).values(config=new))
+        options = {k: v for k, v in resolved(config).items() if k not in NOT_TRAINING_OPTIONS}
+        conn.execute(runs.update().where(runs.c.id == run_id).values(resolved_config=options))
 
 
 def downgrade() -> None:
-    pass  # resolved options mean what the open ones meant: nothing to undo
+    with op.batch_alter_table('runs', schema=None) as batch_op:
+        batch_op.drop_column('resolved_config')
