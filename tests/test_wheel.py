@@ -85,14 +85,15 @@ def test_an_installed_tinygpt_serve_answers_every_page_and_trains_a_run(installe
     home = Home(tmp_path / "home", slice_path)
     home.path.mkdir()
     home.seed_cache(warm_cache)
+    version = wheel.name.split("-")[1]
     service = Serve(home, "--devices", "cpu", command=[str(installed / "tinygpt")], cwd=empty)
     try:
         with service.client() as client:
-            assert client.get("/healthz").json() == {"status": "ok", "version": wheel.name.split("-")[1]}
+            assert client.get("/healthz").json() == {"status": "ok", "version": version}
             for path in PAGES:
                 assert client.get(path).status_code == 200, path
             footer = re.search(r'<footer class="site-footer">(.*?)</footer>', client.get("/").text).group(1)
-            assert footer == f"TinyGPT Dashboard {wheel.name.split('-')[1]}"
+            assert footer == f"TinyGPT Dashboard {version}"
             check_static_files(client, wheel)
             check_docs_offline(client)
             run = client.post("/api/runs", json={**TINY, "steps": 20, "eval_every": 10}).json()[0]
