@@ -73,13 +73,14 @@ def run_app(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .main import create_app
-    from .security import BindError, check_bind
+    from .security import BindError, WeakToken, check_bind, check_token_strength
     from .settings import get_settings
 
     settings = get_settings()
     try:
         check_bind(settings, args.host)
-    except BindError as exc:
+        check_token_strength(settings)
+    except (BindError, WeakToken) as exc:
         print(f"tinygpt: error: {exc}", file=sys.stderr)
         return 2
     if not schema_ready(args.command):
@@ -219,6 +220,14 @@ def run_db_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_token_command(args: argparse.Namespace) -> int:
+    """``tinygpt token``: a fresh random API token (32 bytes, URL-safe), for ``TINYGPT_API_TOKEN``."""
+    import secrets
+
+    print(secrets.token_urlsafe(32))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = [w for w in (sys.argv[1:] if argv is None else argv) if not w.startswith("-")]
     if words and words[0] in SERVICE_COMMANDS:
@@ -248,6 +257,8 @@ def extra_commands() -> list[ExtraCommand]:
                      add_db_arguments, run_db_command),
         ExtraCommand("sweep", "submit a hyperparameter sweep (W&B-style YAML) to the dashboard",
                      add_sweep_arguments, run_sweep_command),
+        ExtraCommand("token", "print a fresh random API token for TINYGPT_API_TOKEN (README: Security)",
+                     lambda p: None, run_token_command),
     ]
 
 

@@ -15,6 +15,10 @@ class AppError(Exception):
         if status_code is not None:
             self.status_code = status_code
 
+    def headers(self) -> dict[str, str]:
+        """Headers the answer carries besides its status."""
+        return {}
+
     def detail(self) -> list[dict] | str:
         """``field`` may be a path, ``parameters.lr``: its parts go into ``loc`` as pydantic's would."""
         if self.field:
@@ -41,7 +45,16 @@ class TooLarge(AppError):
 
 
 class TooManyRequests(AppError):
+    """429; with ``retry_after``, the seconds the client should wait (the ``Retry-After`` header)."""
+
     status_code = 429
+
+    def __init__(self, message: str, *, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)} if self.retry_after else {}
 
 
 def invalid_from(exc: ValidationError, *, under: str | None = None, default: str = "config") -> Invalid:

@@ -22,13 +22,15 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from tinygpt import __version__
 
 from . import api_docs
-from .api import benchmarks, catalog, events, export, reports, runs, sweeps
+from .api import benchmarks, catalog, events, export, groups, reports, runs, sweeps
 from .db import init_db, session_scope
 from .errors import AppError, Invalid, NotFound
+from .failed_auth import FailedAuth
 from .security import (
     LOOPBACK_NAMES,
     BodyLimitMiddleware,
     Unauthorized,
+    check_token_strength,
     guard,
     is_api,
     is_loopback,
@@ -42,6 +44,7 @@ from .services.sampling import ModelCache
 from .settings import Settings, get_settings
 from .static_files import STATIC, CachedStaticFiles
 from .templating import render
+from .web import groups as group_pages
 from .web import login, notes, pages, sweep_pages
 
 
@@ -49,6 +52,7 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
     """The app; ``host`` is the address it will be bound to (default: the setting), which decides
     the host names it answers to (see :mod:`app.security`)."""
     settings = settings or get_settings()
+    check_token_strength(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -75,6 +79,7 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
     app.state.settings = settings  # the guard reads it from the first request on
     app.state.streams = events.StreamCounter()
     app.state.models = ModelCache(settings.model_loads_per_minute)  # the sample box's and neighbours' models
+    app.state.failed_auth = FailedAuth(allowed=settings.auth_failures_allowed)  # guessing the token is not free
     app.add_middleware(BodyLimitMiddleware, settings=settings)
     if is_loopback(host or settings.host):
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=[*LOOPBACK_NAMES, *settings.allowed_hosts])
@@ -84,13 +89,16 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
         """JSON for the API, a fragment for htmx, a page for a browser."""
         path = route_path(request.scope)
         if is_api(path) or path == "/openapi.json":
-            headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
-            return JSONResponse({"detail": exc.detail()}, status_code=exc.status_code, headers=headers)
+            headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else {}
+            return JSONResponse({"detail": exc.detail()}, status_code=exc.status_code,
+                                headers={**headers, **exc.headers()})
         if isinstance(exc, Unauthorized) and not request.headers.get("HX-Request"):
             target = safe_next(path + (f"?{request.url.query}" if request.url.query else ""))
             return render(request, "login.html", 401, next=target)
         name = "_error.html" if request.headers.get("HX-Request") else "error.html"
-        return render(request, name, exc.status_code, status=exc.status_code, message=exc.message)
+        response = render(request, name, exc.status_code, status=exc.status_code, message=exc.message)
+        response.headers.update(exc.headers())
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
@@ -113,9 +121,9 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
             return await app_error(request, NotFound(f"there is no page {path}"))
         return await http_exception_handler(request, exc)
 
-    for router in (reports.router, runs.router, export.router, events.router, benchmarks.router, sweeps.router,
-                   catalog.router, catalog.health_router, pages.router, sweep_pages.router, notes.router, login.router,
-                   api_docs.router):
+    for router in (reports.router, runs.router, groups.router, export.router, events.router, benchmarks.router,
+                   sweeps.router, catalog.router, catalog.health_router, pages.router, sweep_pages.router, notes.router,
+                   group_pages.router, login.router, api_docs.router):
         app.include_router(router)  # reports before runs: /api/runs/reported is not a run id
     app.mount("/static", CachedStaticFiles(directory=STATIC), name="static")
     return app

@@ -31,6 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .db import session_scope
 from .errors import AppError
+from .failed_auth import FailedAuth
 from .redaction import show_secrets
 from .services.run_tokens import request_run_id, run_token_valid, token_run_id
 from .services.sessions import session_is_valid
@@ -80,22 +81,69 @@ def check_bind(settings: Settings, host: str) -> None:
                         "or bind to 127.0.0.1")
 
 
+MIN_TOKEN_CHARS = 16
+#: Tokens long enough that people still pick (from lists of leaked passwords and of examples in docs).
+COMMON_TOKENS = frozenset({
+    "1234567890123456", "12345678901234567890", "0000000000000000", "1111111111111111", "passwordpassword",
+    "password12345678", "password1234567890", "changemechangeme", "changeme12345678", "qwertyuiopasdfgh",
+    "qwertyuiop123456", "iloveyouiloveyou", "letmeinletmeinle", "secretsecretsecret", "adminadminadmin1",
+    "administrator123", "correcthorsebatterystaple", "correct-horse-battery-staple", "your-token-here",
+    "my-secret-token-here", "tinygpt-dashboard", "tinygpt-dashboard-token", "abcdefghijklmnop",
+    "abcdefghijklmnopqrstuvwxyz",
+})
+
+
+class WeakToken(ValueError):
+    """``TINYGPT_API_TOKEN`` is too easy to guess: the app refuses to start with it."""
+
+
+def check_token_strength(settings: Settings) -> None:
+    """Refuse a token shorter than 16 characters, one of few distinct characters, or a common one.
+
+    >>> check_token_strength(Settings(api_token="s3cret"))
+    Traceback (most recent call last):
+    ...
+    app.security.WeakToken: TINYGPT_API_TOKEN is too easy to guess: 6 characters, at least 16 needed; `tinygpt token` prints a fresh random one
+    """
+    if settings.api_token is None:
+        return
+    token = settings.api_token.get_secret_value()
+    problem = None
+    if len(token) < MIN_TOKEN_CHARS:
+        problem = f"{len(token)} characters, at least {MIN_TOKEN_CHARS} needed"
+    elif token.lower() in COMMON_TOKENS or len(set(token)) < 6:
+        problem = "it is a common token"
+    if problem:
+        raise WeakToken(f"TINYGPT_API_TOKEN is too easy to guess: {problem}; `tinygpt token` prints a fresh "
+                        "random one")
+
+
 def token_matches(presented: str, token: SecretStr) -> bool:
     """Constant-time comparison (the time taken does not tell how much of a guess was right)."""
     return hmac.compare_digest(presented.encode(), token.get_secret_value().encode())
 
 
-def has_credentials(request: Request, token: SecretStr) -> bool:
-    """The bearer token (compared in constant time), or the cookie of a live login session
-    (``app/services/sessions.py``: expires, ends at logout and when the token changes)."""
+def presented_bearer(request: Request) -> str | None:
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and token_matches(value.strip(), token):
-        return True
-    cookie = request.cookies.get(SESSION_COOKIE)
-    if not cookie:
-        return False
+    return value.strip() if scheme.lower() == "bearer" else None
+
+
+def cookie_valid(request: Request, cookie: str, token: SecretStr) -> bool:
+    """The cookie of a live login session (``app/services/sessions.py``: expires, ends at logout and when the
+    token changes)."""
     with session_scope(request.app.state.settings) as session:
         return session_is_valid(session, secret=cookie, token=token)
+
+
+def has_credentials(request: Request, token: SecretStr) -> bool:
+    """The bearer token (compared in constant time), or the cookie of a live login session."""
+    bearer, cookie = presented_bearer(request), request.cookies.get(SESSION_COOKIE)
+    return (bearer is not None and token_matches(bearer, token)) or bool(cookie and cookie_valid(request, cookie, token))
+
+
+def client_address(request: Request) -> str:
+    """The connection's address, or what a trusted proxy named (``TINYGPT_FORWARDED_ALLOW_IPS``)."""
+    return request.client.host if request.client else "unknown"
 
 
 def from_this_site(request: Request) -> bool:
@@ -149,17 +197,39 @@ def may_query_model(request: Request) -> bool:
 async def guard(request: Request) -> None:
     """The dependency every route runs first (see the module docstring)."""
     settings: Settings = request.app.state.settings
-    unsafe = request.method in UNSAFE_METHODS
-    if unsafe and not from_this_site(request):
+    if request.method in UNSAFE_METHODS and not from_this_site(request):
         raise Forbidden("cross-site request refused: submit the form from this dashboard's own pages")
     token = settings.api_token
-    request.state.signed_in = token is not None and has_credentials(request, token)
+    request.state.signed_in = token is not None and authenticated(request, token, settings)
     show_secrets(token is None or request.state.signed_in)  # webhook URLs: app/redaction.py
-    if token is not None and not request.state.signed_in and run_token_allows(request):
-        return
-    if token is not None and not request.state.signed_in and needs_token(request, settings):
+
+
+def authenticated(request: Request, token: SecretStr, settings: Settings) -> bool:
+    """Whether the request is the token holder's; False for one it may make without (a run's own token, an open
+    path, a public read). Each wrong credential that decides the request counts against its address
+    (``app/failed_auth.py``): 429 while the address is refused, 401 or 403 otherwise."""
+    needed = needs_token(request, settings)
+    bearer, cookie = presented_bearer(request), request.cookies.get(SESSION_COOKIE)
+    deciding = bearer is not None or bool(cookie and needed)  # a stale cookie on a public page decides nothing
+    failures: FailedAuth = request.app.state.failed_auth
+    address = client_address(request)
+    if deciding:
+        failures.check(address)
+    if (bearer is not None and token_matches(bearer, token)) or (cookie and cookie_valid(request, cookie, token)):
+        failures.succeeded(address)
+        return True
+    try:
+        if run_token_allows(request):
+            return False
+    except Unauthorized:
+        failures.failed(address)
+        raise
+    if deciding:
+        failures.failed(address)
+    if needed:
         raise Unauthorized("this dashboard needs its API token: send `Authorization: Bearer TOKEN`, "
                            "or log in at /login")
+    return False
 
 
 def run_token_allows(request: Request) -> bool:

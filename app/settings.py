@@ -83,6 +83,10 @@ class Settings(BaseSettings):
     model_loads_per_minute: int = Field(default=20, ge=1, le=10_000, description="checkpoints loaded for sampling "
                                         "and nearest tokens per minute, over the whole app (a cached model costs "
                                         "nothing); more are answered 429")
+    auth_failures_allowed: int = Field(default=10, ge=1, le=10_000, description="wrong tokens (bearer, login "
+                                       "form, a run's token, a stale login cookie) one client address may present "
+                                       "before it is answered 429 with `Retry-After`: 1 s, doubling with each "
+                                       "further failure up to 15 minutes; a right token ends the count")
     session_days: float = Field(default=7.0, gt=0, le=3650, description="how long a browser's login lasts; "
                                 "`/logout` ends it at once, and a new `TINYGPT_API_TOKEN` ends every one")
     root_path: str = Field(default="", description="path prefix the dashboard is served under behind a reverse "

@@ -36,6 +36,7 @@ QUERY = {"/api/compare": "ids={run},{run}", "/api/export": "ids={run}", "/api/ru
 SWEEP = 1  # the site's one sweep (its trials stay queued)
 SWEEP_BODY = {"method": "grid", "parameters": {"lr": {"values": [0.01]}},
               "base": {"preset": "tiny", "device": "cpu", "steps": 2, "notify": NOTIFY}}
+GROUP = "access-group"
 BENCHMARK_PATHS = {"/api/benchmarks/{run_id}", "/benchmarks/{run_id}", "/partials/benchmarks/{run_id}/cells"}
 
 
@@ -61,6 +62,7 @@ def site(tmp_path_factory, slice_path, small_tokenizer):
         config = {**IMPORTED_RUN["config"], "notify": NOTIFY}
         run = c.post("/api/runs/import", json={**IMPORTED_RUN, "config": config}).json()["id"]
         assert c.put(f"/api/runs/{run}/checkpoint", content=checkpoint.read_bytes()).status_code == 200
+        assert c.patch(f"/api/runs/{run}", json={"group_id": GROUP}).status_code == 200
         bench = c.post("/api/benchmarks", json={"preset": "tiny", "device": "cpu", "batch_sizes": [2],
                                                 "precisions": ["fp32"], "steps": 1, "warmup": 0}).json()["run"]["id"]
         assert c.post("/api/sweeps", json=SWEEP_BODY).json()["id"] == SWEEP
@@ -73,7 +75,8 @@ def site(tmp_path_factory, slice_path, small_tokenizer):
 def url_of(path: str, run: int, bench: int, victim: int | None = None, sweep: int = SWEEP) -> str:
     run_id = bench if path in BENCHMARK_PATHS else victim or run
     query = QUERY.get(path, "").format(run=run)
-    return path.replace("{run_id}", str(run_id)).replace("{sweep_id}", str(sweep)) + (f"?{query}" if query else "")
+    return (path.replace("{run_id}", str(run_id)).replace("{sweep_id}", str(sweep)).replace("{group_id}", GROUP)
+            + (f"?{query}" if query else ""))
 
 
 def status_of(client: httpx.Client, method: str, url: str, **kwargs: object) -> int:

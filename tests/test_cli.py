@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from tinygpt.bench import CELL_FIELDS
-from tinygpt.device import cpu_name, cpu_prefers_bf16, cpu_speed_flags, cpu_summary
+from tinygpt.device import cpu_has_bf16, cpu_name, cpu_speed_flags, cpu_summary
 from tinygpt.gutenberg import HOLMES_BOOKS, strip_gutenberg
 from tinygpt.presets import model_config
 
@@ -143,7 +143,7 @@ def test_bench_prints_a_table_and_json_cells():
     result = json.loads(tinygpt(*args, "--json").stdout)
     assert result["device"] == "cpu"
     assert result["device_info"]["features"] == cpu_speed_flags()
-    assert result["device_info"]["auto_precision"] == ("bf16" if cpu_prefers_bf16() else "fp32")
+    assert result["device_info"]["auto_precision"] == ("bf16" if cpu_has_bf16() else "fp32")
     cells = result["cells"]
     assert [list(c) for c in cells] == [CELL_FIELDS] * 2
     assert [(c["precision"], c["batch_size"], c["threads"], c["oom"]) for c in cells] == [

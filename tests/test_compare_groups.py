@@ -163,5 +163,29 @@ def test_runs_group_by_tag_and_by_hand(two_devices):
     assert [(g["label"], g["run_ids"]) for g in by_tag] == [
         ("tag baseline", [cpu[0], cpu[1], gpu[0]]), ("tag –", [cpu[2], gpu[1]]), ("tag fast", [gpu[0]])]
     by_hand = client.get("/api/compare", params={"ids": ids, "group_by": "group"}).json()["grouped"]["groups"]
-    assert [(g["label"], g["run_ids"]) for g in by_hand] == [("group mine", [cpu[0], cpu[1], gpu[0]]),
-                                                             ("group –", [cpu[2], gpu[1]])]
+    assert [(g["label"], g["run_ids"]) for g in by_hand] == [("mine", [cpu[0], cpu[1], gpu[0]]),
+                                                             ("no group", [cpu[2], gpu[1]])]
+
+
+def test_runs_of_one_group_that_resolved_auto_differently_are_flagged(make_app, imported_run):
+    """Three seeds asked for ``precision: auto``; their jobs resolved it fp32, bf16, fp32: the comparison shows the
+    resolved values among the config differences and flags the group, in the API and on the page."""
+    client = make_app()
+    ids = [imported_run(client, precision=p, config={**IMPORTED_RUN["config"], "precision": "auto", "seed": seed})
+           for seed, p in ((1, "fp32"), (2, "bf16"), (3, "fp32"))]
+    for run_id in ids:
+        assert client.patch(f"/api/runs/{run_id}", json={"group_id": "seeds"}).status_code == 200
+    body = client.get("/api/compare", params={"ids": ",".join(map(str, ids)), "group_by": "group"}).json()
+    assert body["config_differences"]["precision"] == ["fp32", "bf16", "fp32"]
+    message = "these runs differ in precision: fp32 x2, bf16 x1 (all asked for auto)"
+    assert body["resolved_differently"] == [{"option": "precision", "asked": "auto", "counts": {"fp32": 2, "bf16": 1},
+                                             "message": message}]
+    [group] = body["grouped"]["groups"]
+    assert [d["message"] for d in group["resolved_differently"]] == [message]
+    page = client.get("/compare", params={"ids": ",".join(map(str, ids)), "group_by": "group"}).text
+    assert f'<p class="warning-box resolved-differently">{message}</p>' in page
+    assert f"{message}; its spread mixes unlike runs.</div>" in page
+    alike = [imported_run(client, precision="bf16", config={**IMPORTED_RUN["config"], "precision": "auto",
+                                                            "seed": seed}) for seed in (4, 5)]
+    same = client.get("/api/compare", params={"ids": ",".join(map(str, alike))}).json()
+    assert same["resolved_differently"] == [] and "precision" not in same["config_differences"]

@@ -56,27 +56,19 @@ def test_precision_resolution(monkeypatch):
         dev.resolve_precision("fp8", cpu)
 
 
-def test_x86_cpu_without_bf16_units_prefers_fp32_without_probing(monkeypatch):
-    monkeypatch.setattr(dev, "cpu_flags", lambda: {"avx2", "fma"})
-    monkeypatch.setattr(torch, "randn", lambda *a, **k: pytest.fail("no probe expected"))
-    dev.cpu_prefers_bf16.cache_clear()
-    try:
-        assert dev.cpu_prefers_bf16() is False
-    finally:
-        dev.cpu_prefers_bf16.cache_clear()
-
-
-def test_cpu_with_bf16_units_is_probed(monkeypatch):
-    calls = []
-    real_randn = torch.randn
-    monkeypatch.setattr(dev, "cpu_flags", lambda: {"avx2", "avx512_bf16"})
-    monkeypatch.setattr(torch, "randn", lambda *a, **k: calls.append(a) or real_randn(*a, **k))
-    dev.cpu_prefers_bf16.cache_clear()
-    try:
-        assert dev.cpu_prefers_bf16() in (True, False)
-        assert calls  # it measured
-    finally:
-        dev.cpu_prefers_bf16.cache_clear()
+@pytest.mark.parametrize("flags, expected", [
+    ({"sse4_2", "avx", "avx2", "fma"}, "fp32"),  # bf16 emulated: fp32
+    ({"avx2", "fma", "avx512f", "avx512_bf16"}, "bf16"),
+    ({"avx2", "fma", "avx512f", "amx_tile", "amx_bf16"}, "bf16"),
+    ({"fp", "asimd", "bf16"}, "bf16"),  # ARM's bf16 extension
+    ({"fp", "asimd"}, "fp32"),
+    (set(), "fp32"),  # no /proc/cpuinfo (macOS): fp32
+])
+def test_auto_precision_on_the_cpu_is_a_rule_from_its_flags_never_a_timing(monkeypatch, flags, expected):
+    monkeypatch.setattr(dev, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(torch, "randn", lambda *a, **k: pytest.fail("no timed probe expected"))
+    answers = {dev.resolve_precision("auto", torch.device("cpu")) for _ in range(5)}
+    assert answers == {expected}
 
 
 @pytest.mark.parametrize("flags, listed, summary", [
@@ -89,7 +81,6 @@ def test_cpu_with_bf16_units_is_probed(monkeypatch):
 ])
 def test_cpu_summary_names_the_flags_and_what_auto_picks(monkeypatch, flags, listed, summary):
     monkeypatch.setattr(dev, "cpu_flags", lambda: flags)
-    monkeypatch.setattr(dev, "cpu_prefers_bf16", lambda: "avx512_bf16" in flags or "bf16" in flags)
     assert dev.cpu_speed_flags() == listed
     assert dev.cpu_summary() == summary
 

@@ -93,7 +93,7 @@ def test_muon_takes_the_blocks_matrices_and_adamw_the_rest():
 def test_the_fp32_muon_step_is_not_the_emulated_bf16_one():
     """On a CPU without bf16 units, torch's bfloat16 orthogonalisation is emulated: ours in fp32 is several
     times faster on a holmes-sized matrix (45x measured on a 2-core AVX2 EPYC)."""
-    if cpu_has_bf16():  # by its flags: the timed probe of resolve_precision can go either way on a busy machine
+    if cpu_has_bf16():  # precision auto picks bf16 here (the same rule)
         pytest.skip("this CPU has bf16 units: its bf16 is not emulated")
     import time
 

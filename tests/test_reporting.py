@@ -381,7 +381,8 @@ def test_import_the_recorded_runs_and_export_them(dashboard):
             run, rows = c.get(f"/api/runs/{run_id}").json(), api_rows(c, run_id)
             mine = [r for r in lines if r["run_id"] == run_id]
             target = run["time_to_target"] or {}
-            assert mine == [{"run_id": run_id, "name": run["name"], "notes": run["notes"], "device": run["device"],
+            assert mine == [{"run_id": run_id, "name": run["name"], "notes": run["notes"], "group_id": run["group_id"],
+                             "group": run["group_name"], "device": run["device"],
                              "precision": run["precision"],
                              "target_val_loss": run["target_val_loss"], "target_step": target.get("step"),
                              "target_sec": target.get("seconds"),

@@ -29,7 +29,7 @@ from worker.slurm.scheduler import JobInfo
 
 from .service_helpers import TINY, start_tinygpt
 
-TOKEN = "the-admin-token"
+TOKEN = "the-admin-token-0123456789"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
 SLURM_RUN = {**TINY, "steps": 20, "pool": "slurm"}
 

@@ -49,10 +49,10 @@ from .service_helpers import tinygpt_here
 REVISIONS = known_revisions()
 OLDER = REVISIONS[:-1]
 #: Runs of each kind, status and origin (the columns a revision does not have yet are left out).
-RUN_VARIANTS = [
-    {"kind": "train", "status": "queued", "origin": "dashboard"},
-    {"kind": "train", "status": "running", "origin": "dashboard"},
-    {"kind": "train", "status": "crashed", "origin": "dashboard"},
+RUN_VARIANTS = [  # the first three: one submission's seeds (one group, as add_runs named them before 0012)
+    {"kind": "train", "status": "queued", "origin": "dashboard", "submitted": True},
+    {"kind": "train", "status": "running", "origin": "dashboard", "submitted": True},
+    {"kind": "train", "status": "crashed", "origin": "dashboard", "submitted": True},
     {"kind": "train", "status": "succeeded", "origin": "dashboard"},
     {"kind": "train", "status": "failed", "origin": "dashboard"},
     {"kind": "train", "status": "pruned", "origin": "dashboard"},
@@ -64,6 +64,7 @@ RUN_VARIANTS = [
 OPEN_CONFIG = {"preset": "tiny", "arch": None, "steps": 30, "eval_every": 10, "batch_size": 4, "d_model": None,
                "n_layers": None, "vocab_size": None, "warmup": None, "eval_batches": None, "dataset": "holmes"}
 UNFINISHED = {"queued", "running", "crashed"}
+SUBMITTED_GROUP = "0123456789ab"  # a submission's group id, as add_runs makes them
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -101,6 +102,8 @@ def run_row(columns: set[str], variant: dict, n: int) -> dict:
     """A run of ``variant`` with an open config (as the revisions before 0011 stored them) at this revision."""
     row = {k: v for k, v in variant.items() if k in columns}
     row["config"] = {**OPEN_CONFIG, "seed": n}
+    if variant.get("submitted"):  # the others: each its own group made by hand, named by value_for
+        row |= {"group_id": SUBMITTED_GROUP, "name": f"tiny-holmes [seed {n}]", "requested_device": "cpu"}
     if "report_id" in columns:
         row["report_id"] = None if variant["origin"] != "reported" else f"report-{n}"
     return row
@@ -156,6 +159,18 @@ def as_dict(value: object) -> dict:
     return json.loads(value) if isinstance(value, str) else value
 
 
+def check_every_group_was_named(conn: Connection) -> None:
+    """Each group the runs had got a name (migration 0012): a submission's from its runs' name and seeds, a group
+    made by hand its id."""
+    runs = conn.execute(text("SELECT group_id, config FROM runs WHERE group_id IS NOT NULL ORDER BY id")).all()
+    names = dict(conn.execute(text("SELECT id, name FROM run_groups")).all())
+    assert set(names) == {g for g, _ in runs}
+    seeds = [as_dict(c)["seed"] for g, c in runs if g == SUBMITTED_GROUP]
+    assert seeds == list(range(seeds[0], seeds[0] + 3))  # the rows' numbers, one after another
+    assert names.pop(SUBMITTED_GROUP) == f"tiny-holmes, seeds {seeds[0]}-{seeds[-1]}"
+    assert all(name == group_id for group_id, name in names.items()) and len(names) == len(RUN_VARIANTS) - 3
+
+
 def check_the_runs_to_train_were_resolved(conn: Connection) -> None:
     """The runs still to train (of this dashboard) got their training options resolved, as this version resolves
     them, every option set kept (migration 0011); the others none."""
@@ -191,7 +206,9 @@ def test_an_upgrade_from_every_earlier_revision_keeps_every_row_and_value(settin
         assert compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), SQLModel.metadata) == []
     assert after == before  # every row, every value (the runs' options as submitted included)
     with engine.connect() as conn:
-        check_the_runs_to_train_were_resolved(conn)
+        if revision < "0011":  # from 0011 on, runs store them when submitted (kept as they were: above)
+            check_the_runs_to_train_were_resolved(conn)
+        check_every_group_was_named(conn)
     backups = sorted((settings.home_dir / "backups").glob("tinygpt-*.db"))
     if settings.db_url.startswith("sqlite"):  # the backup is the database as it was
         assert [b.name.split("-")[-1] for b in backups] == [f"{revision}.db"]

@@ -53,13 +53,14 @@ MAX_STEP = 2**31 - 1  # steps are 32-bit integers in the database
 @router.post("", status_code=201, response_model=list[RunPublic])
 def create_runs(body: RunCreate, session: SessionDep, settings: SettingsDep) -> list[RunPublic]:
     """Create one run, or one per device (same seed, one group) when ``device`` is a list."""
-    return [RunPublic.of(r) for r in lifecycle.create_runs(session, body=body, settings=settings)]
+    return svc.public_runs(session, lifecycle.create_runs(session, body=body, settings=settings))
 
 
 @router.post("/{run_id}/repeat", status_code=201, response_model=list[RunPublic])
 def repeat_run(run_id: RunId, body: RepeatRequest, session: SessionDep, settings: SettingsDep) -> list[RunPublic]:
     """The run's options again over the next seeds its group has not used, in its group: "Run 2 more seeds"."""
-    return [RunPublic.of(r) for r in lifecycle.repeat_run(session, run_id=run_id, count=body.seeds, settings=settings)]
+    return svc.public_runs(session, lifecycle.repeat_run(session, run_id=run_id, count=body.seeds,
+                                                          settings=settings))
 
 
 @router.get("", response_model=RunsPage)
@@ -82,12 +83,12 @@ async def list_runs(
 
 @router.get("/{run_id}", response_model=RunPublic)
 async def get_run(run_id: RunId, session: SessionDep) -> RunPublic:
-    return RunPublic.of(svc.get_run(session, run_id=run_id))
+    return svc.public_run(session, svc.get_run(session, run_id=run_id))
 
 
 @router.patch("/{run_id}", response_model=RunPublic)
 def update_run(run_id: RunId, body: RunUpdate, session: SessionDep) -> RunPublic:
-    return RunPublic.of(svc.update_run(session, run_id=run_id, body=body))
+    return svc.public_run(session, svc.update_run(session, run_id=run_id, body=body))
 
 
 @router.delete("/{run_id}", status_code=204)
@@ -99,7 +100,7 @@ def delete_run(run_id: RunId, session: SessionDep, settings: SettingsDep) -> Res
 
 @router.post("/{run_id}/cancel", response_model=RunPublic)
 def cancel_run(run_id: RunId, session: SessionDep, settings: SettingsDep) -> RunPublic:
-    return RunPublic.of(lifecycle.cancel_run(session, run_id=run_id, settings=settings))
+    return svc.public_run(session, lifecycle.cancel_run(session, run_id=run_id, settings=settings))
 
 
 @router.get("/{run_id}/metrics", response_model=list[MetricPublic] | MetricColumns,

@@ -1,5 +1,5 @@
 """Tables and API models, a module per entity (``runs``, ``metrics``, ``events``, ``sweeps``, ``datasets``,
-``workers``, ``alerts``, ``benchmarks``, ``sessions``, ``reports``; ``common``: what they share). Per entity: Base
+``workers``, ``alerts``, ``benchmarks``, ``sessions``, ``reports``, ``groups``; ``common``: what they share). Per entity: Base
 (shared fields), Create/Update (input, unknown fields refused), the table, Public (output), so internal fields
 (worker, pid, paths, cancel flags) never leak. Everything is importable from here: ``from app.models import Run``."""
 
@@ -10,6 +10,7 @@ from .benchmarks import BenchmarkCellPublic, BenchmarkCreate, BenchmarkPublic, B
 from .common import MAX_INT64, InputModel, as_utc, utcnow
 from .datasets import Dataset, DatasetPublic
 from .events import Event, EventType
+from .groups import RunGroup, RunGroupPublic, RunGroupUpdate
 from .metrics import (
     Metric,
     MetricBase,
@@ -86,6 +87,9 @@ from .sweeps import (
 from .workers import WorkerRecord
 
 __all__ = [
+    "RunGroup",
+    "RunGroupPublic",
+    "RunGroupUpdate",
     "slurm_state_text",
     "Pool",
     "SlurmJobPublic",

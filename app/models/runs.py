@@ -416,6 +416,7 @@ class RunPublic(SQLModel):
     tags: list[str]
     notes: str
     group_id: str | None
+    group_name: str | None = Field(default=None, description="its group's name (GET/PATCH /api/groups/{group_id})")
     attempt: int
     worker: RunWorkerPublic | None
     sweep_id: int | None
@@ -433,8 +434,9 @@ class RunPublic(SQLModel):
     slurm_job: SlurmJobPublic | None = Field(description="its Slurm job (the slurm pool only)")
 
     @classmethod
-    def of(cls, run: Run) -> RunPublic:
+    def of(cls, run: Run, group_name: str | None = None) -> RunPublic:
         data: dict[str, Any] = run.model_dump()
+        data["group_name"] = group_name
         data["config"] = shown_config(run.config)
         data["worker"] = {"name": run.worker, "host": run.worker_host} if run.worker else None
         data["host"] = run.worker_host

@@ -4,6 +4,7 @@ options that differ (webhook URLs as the request may see them)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict
 
 from sqlalchemy import func
@@ -16,6 +17,7 @@ from ..errors import Invalid
 from ..models import MAX_INT64, Metric, MetricPublic, Run, RunPublic
 from ..redaction import shown_config
 from .group_stats import Spread, verdict, welch
+from .groups import group_names
 from .metric_history import run_rate
 from .runs import get_run
 
@@ -82,10 +84,44 @@ def target_ratios(summaries: list[dict]) -> None:
         s["target_speedup_vs_first"] = theirs["seconds"] / mine["seconds"] if same and mine["seconds"] else None
         s["target_tokens_vs_first"] = mine["tokens"] / theirs["tokens"] if same and theirs["tokens"] else None
 
-def run_options(run: Run) -> dict:
-    """A run's options as the comparison shows them (webhook URLs as the request may see them), with its device
-    and its group (one submission over devices or seeds, and its repeats)."""
-    return shown_config(run.config) | {"device": run.requested_device, "group": run.group_id}
+def run_options(run: Run, group_names: dict[str, str] | None = None) -> dict:
+    """A run's options as the comparison shows them: as it resolved them (its preset's sizes, the warmup and the
+    other rules at submission; ``precision`` and ``threads`` as its job resolved them on its device), webhook
+    URLs as the request may see them, with its device and its group (by name where it has one)."""
+    resolved = shown_config(run.config) | shown_config(run.resolved_config or {})
+    if run.precision:  # "auto" as the job resolved it on its device
+        resolved["precision"] = run.precision
+    threads = (run.device_info or {}).get("threads")
+    if not resolved.get("threads") and threads:  # unset: PyTorch's default, as the job found it
+        resolved["threads"] = threads
+    group = (group_names or {}).get(run.group_id, run.group_id) if run.group_id else None
+    return resolved | {"device": run.requested_device, "group": group}
+
+
+def resolved_differently(runs: list[Run]) -> list[dict]:
+    """The options these runs asked for alike (``auto``, or left unset) that resolved differently, e.g. precision
+    ``auto`` as fp32 on a busy worker and bf16 on another: a group mixing them compares unlike runs. Each with the
+    sentence the compare page shows: "these runs differ in precision: fp32 x2, bf16 x1 (all asked for auto)".
+
+    >>> from app.models import Run
+    >>> runs = [Run(name="a", config={"precision": "auto"}, precision=p) for p in ("fp32", "bf16", "fp32")]
+    >>> resolved_differently(runs)[0]["message"]
+    'these runs differ in precision: fp32 x2, bf16 x1 (all asked for auto)'
+    """
+    if len(runs) < 2:
+        return []
+    asked = [shown_config(r.config) for r in runs]
+    got = [run_options(r) for r in runs]
+    out = []
+    for key in sorted(set().union(*got) - {"device", "group"}):
+        if len({repr(a.get(key)) for a in asked}) != 1 or len({repr(g.get(key)) for g in got}) == 1:
+            continue
+        counts = Counter(option_value_text(g.get(key)) for g in got)
+        shown = ", ".join(f"{value} x{n}" for value, n in counts.items())
+        wanted = option_value_text(asked[0].get(key)) if asked[0].get(key) is not None else "unset"
+        out.append({"option": key, "asked": asked[0].get(key), "counts": dict(counts),
+                    "message": f"these runs differ in {key}: {shown} (all asked for {wanted})"})
+    return out
 
 
 def group_curve(members: list[list[MetricPublic]], flops: list[int | None]) -> dict:
@@ -116,28 +152,49 @@ def group_curve(members: list[list[MetricPublic]], flops: list[int | None]) -> d
     return curve
 
 
+def group_key(run: Run, group_by: str) -> list[str | None]:
+    """The groups a run falls in: by tag, one per tag; by group, its group's id; else its option's value."""
+    if group_by == "tag":
+        return run.tags or [None]
+    return [run.group_id if group_by == "group" else option_value_text(run_options(run).get(group_by))]
+
+
+def group_label(group_by: str, key: str | None, group_names: dict[str, str]) -> tuple[str, str]:
+    """What a group is called (the chart's legend, the table's heading) and its value in the sentence: a group's
+    name, else the option and its value ("device cuda", "cuda")."""
+    if group_by == "group":
+        name = group_names.get(key, key) if key else "no group"
+        return name, name
+    value = option_value_text(key)
+    return f"{group_by} {value}", value
+
+
 def group_runs(runs: list[Run], summaries: list[dict], group_by: str,
-               evals: dict[int, list[MetricPublic]] | None = None) -> dict:
+               evals: dict[int, list[MetricPublic]] | None = None, group_names: dict[str, str] | None = None) -> dict:
     """Runs grouped by the value of one option (or by ``tag``, or ``group``: a submission's runs, or runs put
-    together by hand with PATCH), in the order groups first appear: per group its runs and each
-    figure's spread; for two groups, each figure's difference (second - first) with its 95 % interval, and the
-    sentence for the best validation loss."""
+    together by hand with PATCH, called by their names), in the order groups first appear: per group its runs,
+    each figure's spread and the options its runs resolved differently; for two groups, each figure's difference
+    (second - first) with its 95 % interval, and the sentence for the best validation loss."""
     known = sorted({"tag", *set().union(*(run_options(r) for r in runs))})
     if group_by not in known:
         raise Invalid(unknown_name_message(group_by, known, "run option"), field="group_by")
-    groups: dict[str, list[dict]] = {}
+    groups: dict[str | None, list[tuple[Run, dict]]] = {}
     for run, summary in zip(runs, summaries, strict=True):  # by tag: a run is in the group of each of its tags
-        values = (run.tags or [None]) if group_by == "tag" else [run_options(run).get(group_by)]
-        for value in values:
-            groups.setdefault(option_value_text(value), []).append(summary)
-    out = [{"label": f"{group_by} {value}", "value": value, "run_ids": [s["id"] for s in members],
-            "figures": {name: spread_of(members, name) for name in GROUP_FIGURES},
-            "curve": group_curve([evals[s["id"]] for s in members], [s["flops_per_token"] for s in members])
-            if evals is not None else None}
-           for value, members in groups.items()]
+        for key in group_key(run, group_by):
+            groups.setdefault(key, []).append((run, summary))
+    out = []
+    for key, pairs in groups.items():
+        members = [s for _, s in pairs]
+        label, value = group_label(group_by, key, group_names or {})
+        out.append({"label": label, "value": value, "group_id": key if group_by == "group" else None,
+                    "run_ids": [s["id"] for s in members],
+                    "figures": {name: spread_of(members, name) for name in GROUP_FIGURES},
+                    "resolved_differently": resolved_differently([r for r, _ in pairs]),
+                    "curve": group_curve([evals[s["id"]] for s in members], [s["flops_per_token"] for s in members])
+                    if evals is not None else None})
     result: dict = {"group_by": group_by, "groups": out, "difference": None, "verdict": None}
     if len(out) == 2:
-        first, second = groups.values()
+        first, second = ([s for _, s in pairs] for pairs in groups.values())
         result["difference"] = {name: difference_of(first, second, name) for name in GROUP_FIGURES}
         best_first, best_second = figure_values(first, "best_val_loss"), figure_values(second, "best_val_loss")
         if (d := welch(best_first, best_second)) is not None:
@@ -193,7 +250,8 @@ def compare_runs(session: Session, *, ids: list[int], group_by: str | None = Non
         max_train_gap = max(
             max(v[s].train_loss for v in val_by_run) - min(v[s].train_loss for v in val_by_run) for s in shared
         )
-    configs = [run_options(r) for r in runs]
+    names = group_names(session, group_ids=(r.group_id for r in runs))
+    configs = [run_options(r, names) for r in runs]
     keys = sorted(set().union(*configs))
     differences = {k: [c.get(k) for c in configs] for k in keys if len({repr(c.get(k)) for c in configs}) > 1}
     return {
@@ -203,5 +261,6 @@ def compare_runs(session: Session, *, ids: list[int], group_by: str | None = Non
         "max_val_loss_gap": max_val_gap,
         "max_train_loss_gap": max_train_gap,
         "config_differences": differences,
-        "grouped": group_runs(runs, summaries, group_by, evals) if group_by else None,
+        "resolved_differently": resolved_differently(runs),
+        "grouped": group_runs(runs, summaries, group_by, evals, names) if group_by else None,
     }

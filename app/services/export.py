@@ -17,9 +17,10 @@ from ..db import session_scope
 from ..errors import Invalid
 from ..models import MAX_INT64, Metric
 from ..settings import Settings
+from .groups import group_names
 from .runs import get_run
 
-RUN_COLUMNS = ["run_id", "name", "notes", "device", "precision", "target_val_loss", "target_step", "target_sec"]
+RUN_COLUMNS = ["run_id", "name", "notes", "group_id", "group", "device", "precision", "target_val_loss", "target_step", "target_sec"]
 ROW_COLUMNS = ["step", "train_loss", "val_loss", "lr", "tokens_per_sec", "tokens_seen", "elapsed_sec", "val_loss_full"]
 EXPORT_COLUMNS = RUN_COLUMNS + ROW_COLUMNS + ["val_bpb"]  # val_bpb: val_loss in bits per byte of text
 EXPORT_FORMATS = ("csv", "jsonl")
@@ -47,7 +48,9 @@ def export_runs(session: Session, *, ids: list[int]) -> list[tuple[dict, float |
     """Each run's columns of the table and its validation bytes per token (404 for an unknown run, before
     anything is streamed)."""
     runs = [get_run(session, run_id=i) for i in ids]
-    return [({"run_id": r.id, "name": r.name, "notes": r.notes, "device": r.device or r.requested_device,
+    names = group_names(session, group_ids=(r.group_id for r in runs))
+    return [({"run_id": r.id, "name": r.name, "notes": r.notes, "group_id": r.group_id,
+              "group": names.get(r.group_id or ""), "device": r.device or r.requested_device,
               "precision": r.precision, "target_val_loss": r.target_val_loss, "target_step": r.target_step, "target_sec": r.target_sec},
              r.val_bytes_per_token) for r in runs]
 

@@ -42,8 +42,9 @@ from .alerts import ended_message, raise_alert
 from .datasets import check_context_fits, check_dataset_exists, dataset_target
 from .devices import check_device_available, check_machine_limits, check_memory_fits
 from .events import record_event
+from .groups import add_group, group_runs, record_submission, runs_group_name
 from .metric_history import median_rate
-from .runs import get_run, group_runs, run_summary
+from .runs import get_run, run_summary
 
 SEED_SUFFIX = re.compile(r" \[seed \d+\]$")  # what add_runs appends to tell a group's seeds apart
 
@@ -133,7 +134,7 @@ def check_run(session: Session, *, body: RunCreate, settings: Settings) -> None:
 def add_runs(session: Session, *, body: RunCreate, settings: Settings, sweep_id: int | None = None,
              trial: int | None = None, group_id: str | None = None, base_name: str | None = None) -> list[Run]:
     """Queue one run per device and seed of ``body`` (uncommitted: the caller commits), several as one group (or
-    ``group_id``'s); a sweep's trial names its sweep."""
+    ``group_id``'s, named from the submission: :func:`groups.record_submission`); a sweep's trial names its sweep."""
     check_run(session, body=body, settings=settings)
     devices, seeds = body.devices(), body.seed_list()
     config = body.model_dump(mode="json", exclude=set(RunCreate.PLACEMENT))
@@ -149,11 +150,14 @@ def add_runs(session: Session, *, body: RunCreate, settings: Settings, sweep_id:
         parts = [device] * (len(devices) > 1) + [f"seed {seed}"] * (len(seeds) > 1 or group_id is not None)
         return f"{base} [{', '.join(parts)}]" if parts else base
 
-    return [new_run(session, name=name(device, seed), config={**config, "seed": seed}, settings=settings,
+    runs = [new_run(session, name=name(device, seed), config={**config, "seed": seed}, settings=settings,
                     resolved_config={**resolved, "seed": seed, "target_val_loss": config["target_val_loss"]},
                     requested_device=device, tags=body.tags, group_id=group, sweep_id=sweep_id, trial=trial,
                     pool=pool, time_limit=body.time_limit)
             for device in devices for seed in seeds]
+    if group is not None:  # named from what it is: "tiny-holmes, seeds 1337-1339"
+        record_submission(session, group_id=group, base=base, new=runs)
+    return runs
 
 
 def create_runs(session: Session, *, body: RunCreate, settings: Settings) -> list[Run]:
@@ -173,10 +177,12 @@ def repeat_run(session: Session, *, run_id: int, count: int, settings: Settings)
     body = RunCreate.model_validate({**run.config, "device": run.requested_device, "tags": run.tags,
                                      "pool": run.pool, "time_limit": run.time_limit,
                                      "seeds": list(range(first_free, first_free + count))})
-    run.group_id = run.group_id or uuid.uuid4().hex[:12]
-    session.add(run)
-    runs = add_runs(session, body=body, settings=settings, group_id=run.group_id,
-                    base_name=SEED_SUFFIX.sub("", run.name))
+    base = SEED_SUFFIX.sub("", run.name)
+    if run.group_id is None:  # its first group: named from it, then from it and its repeats
+        run.group_id = uuid.uuid4().hex[:12]
+        session.add(run)
+        add_group(session, group_id=run.group_id, name=runs_group_name(base, [run]))
+    runs = add_runs(session, body=body, settings=settings, group_id=run.group_id, base_name=base)
     session.commit()
     return runs
 

@@ -30,6 +30,7 @@ from ..models import (
 )
 from ..settings import Settings
 from .files import remove_run_folder
+from .groups import add_group, group_names
 
 SAMPLE_FIELDS = list(SamplePublic.model_fields)
 
@@ -52,9 +53,14 @@ def get_run(session: Session, *, run_id: int) -> Run:
     return run
 
 
-def group_runs(session: Session, *, group_id: str) -> list[Run]:
-    """The runs of one group (one submission over devices or seeds, and their repeats), oldest first."""
-    return list(session.exec(select(Run).where(Run.group_id == group_id).order_by(col(Run.id))))
+def public_runs(session: Session, runs: list[Run]) -> list[RunPublic]:
+    """The runs as the API shows them, each with its group's name."""
+    names = group_names(session, group_ids=(r.group_id for r in runs))
+    return [RunPublic.of(r, group_name=names.get(r.group_id or "")) for r in runs]
+
+
+def public_run(session: Session, run: Run) -> RunPublic:
+    return public_runs(session, [run])[0]
 
 
 def list_runs(
@@ -83,7 +89,7 @@ def list_runs(
     else:  # one page from the database, and a count
         total = session.exec(runs_count(stmt), params=params).one()
         page = list(session.exec(runs_page(stmt), params=params))
-    return RunsPage(items=[RunPublic.of(r) for r in page], total=total, offset=offset, limit=limit)
+    return RunsPage(items=public_runs(session, page), total=total, offset=offset, limit=limit)
 
 
 def like_pattern(text: str) -> str:
@@ -130,7 +136,11 @@ def runs_page(stmt: Select) -> Select:
 
 
 def update_run(session: Session, *, run_id: int, body: RunUpdate) -> Run:
-    return saved_changes(session, get_run(session, run_id=run_id), body)
+    """Renamed, tagged, noted, or put in a group by hand (a new group is named by its id until renamed)."""
+    run = get_run(session, run_id=run_id)
+    if body.group_id is not None:
+        add_group(session, group_id=body.group_id, name=body.group_id)
+    return saved_changes(session, run, body)
 
 
 def delete_run(session: Session, *, run_id: int, settings: Settings) -> None:

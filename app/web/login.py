@@ -12,7 +12,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ..deps import SessionDep, SettingsDep
-from ..security import SESSION_COOKIE, has_credentials, safe_next, token_matches
+from ..security import SESSION_COOKIE, client_address, has_credentials, safe_next, token_matches
 from ..services.sessions import end_session, start_session
 from ..templating import app_url, render
 
@@ -33,8 +33,14 @@ def login(request: Request, settings: SettingsDep, session: SessionDep,
     expected = settings.api_token
     if expected is None:
         return RedirectResponse(app_url(request, safe_next(next)), status_code=303)
+    failures = request.app.state.failed_auth  # app/failed_auth.py: guessing is refused past a few wrong tokens
+    address = client_address(request)
+    failures.check(address)
     if not token_matches(token, expected):
-        return render(request, "login.html", 401, next=safe_next(next), error="wrong token")
+        wait = failures.failed(address)
+        return render(request, "login.html", 401, next=safe_next(next),
+                      error="wrong token" + (f"; try again in {wait} s" if wait else ""))
+    failures.succeeded(address)
     secret = start_session(session, token=expected, days=settings.session_days)
     response = RedirectResponse(app_url(request, safe_next(next)), status_code=303)
     response.set_cookie(SESSION_COOKIE, secret, max_age=int(settings.session_days * 86_400), httponly=True,

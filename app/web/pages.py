@@ -31,7 +31,7 @@ from ..models import (
 from ..redaction import shown_config
 from ..security import may_query_model
 from ..services import benchmarks as bench_svc
-from ..services import compare, lifecycle, model_export
+from ..services import compare, groups, lifecycle, model_export
 from ..services import datasets as ds_svc
 from ..services import metric_history as history
 from ..services import runs as svc
@@ -232,12 +232,14 @@ def run_page(run_id: RunId, request: Request, session: SessionDep, settings: Set
     run = svc.get_run(session, run_id=run_id)
     if run.kind == RunKind.benchmark:
         return RedirectResponse(app_url(request, f"/benchmarks/{run_id}"), status_code=303)
-    public = RunPublic.of(run)
+    public = svc.public_run(session, run)
     # alerts up to the page's rendering are history: the stream replays them, the page notifies only newer ones
     shown_up_to = last_run_event_id(session, run_id=run_id)
     return render(request, "run.html", nav="runs", run=public,
                   run_json={**public.model_dump(mode="json"), "rendered_event_id": shown_up_to},
                   samples=svc.run_samples(session, run_id=run_id), config_rows=config_rows(public),
+                  group_run_ids=[r.id for r in groups.group_runs(session, group_id=run.group_id)
+                                 ][-compare.MAX_GROUPED_RUNS:] if run.group_id else [],
                   can_query_model=may_query_model(request), export_refusal=model_export.refusal(run.config),
                   default_time_limit=settings.slurm_time_limit,
                   target_waiting=unreached_line(run.target_val_loss, finished=run.status in FINISHED)
@@ -257,7 +259,7 @@ def slurm_job_partial(run_id: RunId, request: Request, session: SessionDep, sett
 def repeat_from_page(run_id: RunId, request: Request, session: SessionDep, settings: SettingsDep) -> Response:
     """"Run 2 more seeds": queued in the run's group, then the group's comparison (its seeds' spread)."""
     runs = lifecycle.repeat_run(session, run_id=run_id, count=2, settings=settings)
-    group = svc.group_runs(session, group_id=runs[0].group_id)[-compare.MAX_GROUPED_RUNS:]
+    group = groups.group_runs(session, group_id=runs[0].group_id)[-compare.MAX_GROUPED_RUNS:]
     target = f"/compare?ids={','.join(str(r.id) for r in group)}&group_by=group"
     return Response(status_code=200, headers={"HX-Redirect": app_url(request, target)})
 
