@@ -43,8 +43,10 @@ run: install
 lint: install-test
 	$(VENV)/bin/ruff check tinygpt app worker tests benchmarks scripts
 
+# Debian's Chromium, and axe-core (npm) that the browser tests run on every page they open
 chromium:
 	scripts/install-chromium.sh
+	VENV=$(VENV) scripts/install-axe.sh
 
 postgresql:
 	scripts/install-postgresql.sh

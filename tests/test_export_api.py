@@ -150,7 +150,8 @@ def test_the_model_card_renders_as_markdown_with_its_tables_and_loss_curve(train
 
     folder = export(trained("classic"), tmp_path / "hf", format="hf")
     body = (folder / "README.md").read_text(encoding="utf-8").split("---\n", 2)[2]
-    (folder / "card.html").write_text(f"<!doctype html><meta charset=utf-8><body style='font-family:sans-serif'>"
+    (folder / "card.html").write_text(f"<!doctype html><html lang=en><meta charset=utf-8><title>Model card</title>"
+                                      f"<body style='font-family:sans-serif'>"
                                       f"{MarkdownIt('commonmark').enable('table').render(body)}", encoding="utf-8")
     page = open_page(browser)
     page.goto((folder / "card.html").as_uri())

@@ -186,7 +186,7 @@ def test_compare_page_for_two_runs(site, page):
         page.check(f"input[name=ids][value='{r['id']}']")
     page.click("#compare-btn")
     page.wait_for_url("**/compare?*")
-    assert page.locator("table.compare thead th").count() == 3
+    assert page.locator("table.compare thead th").count() == 2
     assert "Largest gap between the curves" in page.inner_text("#curve-gap")
     assert page.locator("#compare-chart canvas").count() == 1
     assert "device" in page.inner_text("table.config")

@@ -100,6 +100,22 @@ window.TG = (() => {
     return plot;
   }
 
+  // A chart's text alternative: the figures it shows, read out instead of the picture (role img + aria-label).
+  function describe(el, text) {
+    el.setAttribute("role", "img");
+    el.setAttribute("aria-label", text);
+  }
+  const fixed4 = (v) => v.toFixed(4);
+  const grouped = (v) => Math.round(v).toLocaleString("en-US");
+  // "tokens/s by step: 11 rows (steps 0 to 10), from 1,000 to 1,200 (lowest 990, highest 1,250)"
+  function seriesText(name, steps, values, fmt = grouped) {
+    const at = values.flatMap((v, i) => (v != null && Number.isFinite(v) ? [i] : []));
+    if (!at.length) return `${name} by step: nothing yet`;
+    const vs = at.map((i) => values[i]);
+    return `${name} by step: ${at.length} rows (steps ${steps[at[0]]} to ${steps[at[at.length - 1]]}), from ` +
+      `${fmt(vs[0])} to ${fmt(vs[vs.length - 1])} (lowest ${fmt(Math.min(...vs))}, highest ${fmt(Math.max(...vs))})`;
+  }
+
   // One redraw per animation frame, however many events arrive.
   function throttle(fn) {
     let queued = false;
@@ -120,6 +136,6 @@ window.TG = (() => {
     history.replaceState(null, "", `${location.pathname}?${params.toString().replace(/%2C/g, ",")}`);
   }
 
-  return { readJSON, url, smooth, viewParams, setViewParams, downsampleIndices, chart, palette, throttle, scientific, si, siValues, duration,
+  return { readJSON, url, smooth, viewParams, setViewParams, downsampleIndices, chart, describe, seriesText, fixed4, palette, throttle, scientific, si, siValues, duration,
     durationValues, xAxisFor };
 })();

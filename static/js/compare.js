@@ -46,6 +46,22 @@ function setupCompare() {
     return { tables, series, bands };
   }
 
+  function chartText() { // the figures the chart shows, as text: each group's last mean, or each run's last val
+    if (result.draw === "groups") {
+      return "Validation loss by step: " + result.grouped.groups.map((g) => {
+        const c = g.curve, n = c.step.length;
+        return n ? `${g.label}: mean ${TG.fixed4(c.val_mean[n - 1])} at step ${c.step[n - 1]} (${n} shared evaluation step${n === 1 ? "" : "s"})`
+          : `${g.label}: no evaluation all its runs share`;
+      }).join("; ");
+    }
+    return "Loss by step: " + result.runs.map((r) => {
+      const h = r.history, evals = h.val_loss.flatMap((v, i) => (v != null ? [i] : []));
+      const i = evals[evals.length - 1];
+      return evals.length ? `#${r.id} ${r.name}: validation loss ${TG.fixed4(h.val_loss[i])} at step ${h.step[i]}`
+        : `#${r.id} ${r.name}: no evaluation yet`;
+    }).join("; ");
+  }
+
   function remember() {
     TG.setViewParams({ x: view.x === "step" ? null : view.x, log: view.log, band: view.band === "minmax" ? null : view.band,
                        zoom: view.zoom.length === 2 ? view.zoom.map((v) => +v.toPrecision(6)).join(",") : null,
@@ -76,6 +92,7 @@ function setupCompare() {
     plot.setData(uPlot.join(tables));
     if (view.zoom.length === 2) plot.setScale("x", { min: view.zoom[0], max: view.zoom[1] });
     el.uplot = plot;  // for the page's tests: the chart as drawn
+    TG.describe(el, chartText());
     ready = true;
   }
   $("x-axis").addEventListener("change", () => { view.x = $("x-axis").value; view.zoom = []; remember(); build(); });

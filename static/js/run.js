@@ -58,6 +58,31 @@ function setupRunPage() {
     charts.tps.setData([tIdx.map((i) => rows[i][xKey]), tIdx.map((i) => rows[i].tokens_per_sec)]);
     charts.mem.setData([xs, pick(rows.map((r) => r.peak_mem_mib))]);
     charts.lr.setData([xs, pick(rows.map((r) => r.lr))]);
+    describeCharts(rows);
+  }
+
+  function describeCharts(rows) { // the figures the charts show, as text (screen readers, no picture)
+    const steps = rows.map((r) => r.step);
+    TG.describe($("loss-chart"), lossText(rows));
+    TG.describe($("tps-chart"), TG.seriesText("tokens/s", steps, rows.map((r) => (r.tokens_per_sec > 0 ? r.tokens_per_sec : null))));
+    TG.describe($("mem-chart"), TG.seriesText("peak memory (MiB)", steps, rows.map((r) => r.peak_mem_mib)));
+    TG.describe($("lr-chart"), TG.seriesText("learning rate", steps, rows.map((r) => r.lr), (v) => v.toExponential(2)));
+  }
+
+  function lossText(rows) { // "Loss by step: 11 training rows (steps 0 to 10), train loss 5.0000 at step 0 to ..."
+    if (!rows.length) return "Loss by step: nothing yet";
+    const first = rows[0], last = rows[rows.length - 1];
+    const evals = rows.filter((r) => r.val_loss != null);
+    let text = `Loss by step: ${rows.length} training rows (steps ${first.step} to ${last.step}), train loss ` +
+      `${TG.fixed4(first.train_loss)} at step ${first.step} to ${TG.fixed4(last.train_loss)} at step ${last.step}`;
+    if (evals.length) {
+      const a = evals[0], b = evals[evals.length - 1];
+      const best = evals.reduce((m, r) => (r.val_loss < m.val_loss ? r : m));
+      text += `; validation loss ${TG.fixed4(a.val_loss)} at step ${a.step}` +
+        (evals.length > 1 ? ` to ${TG.fixed4(b.val_loss)} at step ${b.step}` : "") +
+        ` (best ${TG.fixed4(best.val_loss)} at step ${best.step})`;
+    }
+    return text;
   }
   const redraw = TG.throttle(draw);
 
