@@ -259,7 +259,7 @@ def test_the_run_page_shows_the_job_and_its_script(make_app):
         s.commit()
     partial = client.get(f"/partials/runs/{run_id}/slurm").text
     assert '<code id="slurm-job-id">42</code>: <strong id="slurm-state">PENDING (Priority)</strong>' in partial
-    assert 'hx-trigger="every 3s"' in partial and "<pre class=\"script\">#!/bin/bash</pre>" in partial
+    assert 'hx-trigger="every 3s"' in partial and "<pre class=\"script\" tabindex=\"0\">#!/bin/bash</pre>" in partial
     listed = client.get("/partials/runs").text
     assert "Slurm PENDING (Priority)" in listed and '<span class="muted">job 42</span>' in listed
     local = client.post("/api/runs", json={**TINY, "pool": "local"}).json()[0]["id"]
