@@ -74,7 +74,8 @@ def record_submission(session: Session, *, group_id: str, base: str, new: list[R
         return add_group(session, group_id=group_id, name=runs_group_name(base, new))
     session.flush()
     members = group_runs(session, group_id=group_id)
-    before = [r for r in members if r not in new]
+    new_ids = {r.id for r in new}  # flushed: numbered
+    before = [r for r in members if r.id not in new_ids]
     if before and group.name == runs_group_name(base, before):
         group.name = runs_group_name(base, members)
         session.add(group)
