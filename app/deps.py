@@ -10,6 +10,7 @@ from sqlmodel import Session
 
 from .db import get_engine
 from .models import MAX_INT64
+from .models.groups import GROUP_ID_MAX
 from .services.sampling import ModelCache
 from .settings import Settings
 
@@ -41,3 +42,5 @@ ModelsDep = Annotated[ModelCache, Depends(app_models)]
 RunId = Annotated[int, Path(ge=1, le=MAX_INT64, description="a run's id")]
 #: A sweep's id in a path.
 SweepId = Annotated[int, Path(ge=1, le=MAX_INT64, description="a sweep's id")]
+#: A group's id in a path (a run's ``group_id``).
+GroupId = Annotated[str, Path(min_length=1, max_length=GROUP_ID_MAX, description="a group's id (a run's group_id)")]

@@ -3,17 +3,13 @@ rename it. Thin wrappers over app.services.groups."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from fastapi import APIRouter
 
-from fastapi import APIRouter, Path
-
-from ..deps import SessionDep
+from ..deps import GroupId, SessionDep
 from ..models import RunGroupPublic, RunGroupUpdate
-from ..models.groups import GROUP_ID_MAX
 from ..services import groups as svc
 
 router = APIRouter(prefix="/api/groups", tags=["groups"])
-GroupId = Annotated[str, Path(min_length=1, max_length=GROUP_ID_MAX, description="a group's id (a run's group_id)")]
 
 
 @router.get("/{group_id}", response_model=RunGroupPublic)

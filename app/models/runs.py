@@ -28,6 +28,7 @@ from ..redaction import shown_config
 from ..settings import WebhookUrl, check_time_limit
 from .alerts import Alert
 from .common import InputModel, utcnow
+from .groups import GROUP_ID_MAX
 
 
 class RunStatus(enum.StrEnum):
@@ -271,7 +272,7 @@ class RunUpdate(InputModel):
     name: str | None = Field(default=None, min_length=1, max_length=200)
     tags: list[str] | None = Field(default=None, max_length=50)
     notes: str | None = Field(default=None, max_length=20_000)
-    group_id: str | None = Field(default=None, min_length=1, max_length=50, description="put runs together by hand: "
+    group_id: str | None = Field(default=None, min_length=1, max_length=GROUP_ID_MAX, description="put runs together by hand: "
                                  "the compare page's group_by=group shows their spread")
 
 

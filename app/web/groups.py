@@ -7,8 +7,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from ..api.groups import GroupId
-from ..deps import SessionDep
+from ..deps import GroupId, SessionDep
 from ..errors import Invalid
 from ..models import RunGroupUpdate
 from ..services import groups as svc
