@@ -444,8 +444,8 @@ def train_section(tr: dict, cpu_line: str, heading: str) -> list[str]:
     ] + ([f"The series' own step ({goal_variant}): **{ratio:.2f}x the plain fp32 loop** (goal on {goal_cpu}: at"
           f" least {goal}x: {'met' if ratio >= goal else 'NOT met'})."] if ratio else []) + [
         "",
-        f"Precision `auto` resolved to **{tr['auto_precision']}** on this CPU (bf16 autocast is chosen only"
-        " when the CPU has bf16 units and a timed probe finds bf16 matrix products faster than fp32)."
+        f"Precision `auto` resolved to **{tr['auto_precision']}** on this CPU (bf16 autocast is chosen"
+        " when the CPU has bf16 units, AVX512-BF16 or AMX: a rule from its flags, the same for every run)."
         + ("" if bf16_units else
            " The bf16 speed-up needs a CPU with AVX512-BF16 or AMX, where `auto` resolves to bf16; this one has"
            " neither, so its bf16 would be emulated and slower."),

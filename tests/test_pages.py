@@ -94,7 +94,7 @@ def test_run_page_config_says_what_options_mean_and_what_auto_resolved_to(site, 
     assert rows["arch"] == "preset default (modern)"
     assert rows["threads"] == f"PyTorch default ({threads} threads)"
     assert rows["compile"] == "off" and rows["grad_checkpointing"] == "off" and rows["resume"] == "on"
-    # what the job resolved (on a CPU with bf16 units a timed probe decides, so not re-decided here)
+    # what the job resolved (on the CPU a rule from its flags: bf16 with bf16 units, else fp32)
     assert done["precision"] in ("bf16", "fp32") and rows["precision"] == f"auto → {done['precision']}"
     assert cpu_has_bf16() or done["precision"] == "fp32"  # without bf16 units: never bf16
     assert rows["device"] == "auto → cpu"
