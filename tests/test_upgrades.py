@@ -208,7 +208,8 @@ def test_an_upgrade_from_every_earlier_revision_keeps_every_row_and_value(settin
     with engine.connect() as conn:
         if revision < "0011":  # from 0011 on, runs store them when submitted (kept as they were: above)
             check_the_runs_to_train_were_resolved(conn)
-        check_every_group_was_named(conn)
+        if revision < "0012":  # from 0012 on, the groups' rows are filled as they were (kept: above)
+            check_every_group_was_named(conn)
     backups = sorted((settings.home_dir / "backups").glob("tinygpt-*.db"))
     if settings.db_url.startswith("sqlite"):  # the backup is the database as it was
         assert [b.name.split("-")[-1] for b in backups] == [f"{revision}.db"]

@@ -77,6 +77,13 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0.0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
 def int_list(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -198,12 +205,18 @@ def build_parser(extra: Sequence[ExtraCommand] = ()) -> argparse.ArgumentParser:
                    "asked without the token: it is sent only to an address you give)")
     add_token_argument(p)
 
-    p = sub.add_parser("import", help="bring finished run folders or metrics CSV files into a dashboard")
-    p.add_argument("paths", type=Path, nargs="+", metavar="RUN_DIR_OR_CSV")
+    p = sub.add_parser("import", help="bring finished run folders, metrics CSV files, TensorBoard folders or "
+                       "speedrun logs (nanoGPT, llm.c, modded-nanogpt) into a dashboard")
+    p.add_argument("paths", type=Path, nargs="+", metavar="RUN_DIR_CSV_TENSORBOARD_OR_LOG")
     p.add_argument("--url", help=f"the dashboard (default: $TINYGPT_REPORT_TO, else {DEFAULT_DASHBOARD})")
     add_token_argument(p)
     p.add_argument("--config", help="run options as a JSON file or '{...}': needed for a bare CSV, overrides "
-                   "config.json")
+                   "config.json; for another trainer's files its params (the run's config)")
+    p.add_argument("--device", help="another trainer's run: the device it trained on (cpu, cuda, mps, ...)")
+    p.add_argument("--tokens-per-step", type=positive_int, help="another trainer's run: tokens a step trains on "
+                   "(batch x context x accumulation), where its logs do not count tokens")
+    p.add_argument("--target", type=positive_float, help="another trainer's run: the validation loss whose first "
+                   "reaching is timed (none by default: its tokenizer is its own)")
     p.add_argument("--device-name", help='the device it ran on, e.g. "NVIDIA H200"')
     p.add_argument("--name", help="the run's name (default: the folder's or file's name)")
     p.add_argument("--tag", action="append", default=[], help="a tag (repeatable)")
@@ -407,10 +420,18 @@ def cmd_sync(args: argparse.Namespace, paths: Paths) -> int:
 
 def cmd_import(args: argparse.Namespace, paths: Paths) -> int:
     from .dashboard_client import DashboardClient
-    from .run_import import import_payload
+    from .run_import import foreign_payload, import_payload, is_foreign
 
     client = DashboardClient(args.url or paths.report_to or DEFAULT_DASHBOARD, args.token or paths.api_token)
     for path in args.paths:
+        if is_foreign(path):
+            payload = foreign_payload(path, config_arg=args.config, device=args.device, device_name=args.device_name,
+                                      name=args.name, tags=args.tag, tokens_per_step=args.tokens_per_step,
+                                      target=args.target)
+            run = client.import_foreign(payload)
+            print(f"imported {path} ({payload['source']}) as run {run['id']} ({len(payload['points'])} values, "
+                  f"{run['last_step']} steps): {client.url}/runs/{run['id']}")
+            continue
         payload, checkpoint = import_payload(path, config_arg=args.config, device_name=args.device_name,
                                              name=args.name, tags=args.tag)
         run = client.import_run(payload)

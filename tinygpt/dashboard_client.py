@@ -152,5 +152,8 @@ class DashboardClient:
     def import_run(self, payload: dict) -> dict:
         return self.request("POST", "/api/runs/import", body=payload)
 
+    def import_foreign(self, payload: dict) -> dict:
+        return self.request("POST", "/api/runs/import-foreign", body=payload)
+
     def create_sweep(self, payload: dict) -> dict:
         return self.request("POST", "/api/sweeps", body=payload)

@@ -122,7 +122,7 @@ def read_log_file(path: Path) -> ForeignLog:
 def event_files(path: Path) -> list[Path]:
     """The event files of a TensorBoard log folder (its subfolders too: ``add_scalars`` writes one per name)."""
     if path.is_file():
-        return [path]
+        return [path] if EVENT_FILE.match(path.name) else []
     return sorted(p for p in path.rglob("*") if p.is_file() and EVENT_FILE.match(p.name))
 
 

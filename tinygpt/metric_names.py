@@ -30,12 +30,19 @@ COLUMN_NAMES: dict[str, tuple[str, ...]] = {
 }
 #: Names that only say the step (the metric's own step already does): kept as their own series.
 STEP_NAMES = ("iter", "step", "iteration", "global_step", "_step", "s")
+#: Params that say how many steps a run plans (nanoGPT's max_iters, modded-nanogpt's num_iterations, ...).
+STEP_COUNT_NAMES = ("max_iters", "num_iterations", "train_steps", "total_steps", "max_steps", "steps")
 #: Unit changes: a name logged in another unit, and the factor to the column's unit.
 SCALED_NAMES: dict[str, tuple[str, float]] = {"train_time": ("elapsed_sec", 1e-3)}  # modded-nanogpt: ms
 
+#: What each column is called on a run page ("val/loss -> validation loss").
+COLUMN_TITLES = {"train_loss": "training loss", "val_loss": "validation loss", "lr": "learning rate",
+                 "tokens_per_sec": "tokens/s", "tokens_seen": "tokens seen", "elapsed_sec": "training time (s)",
+                 "peak_mem_mib": "peak memory (MiB)"}
+
 _COLUMN_OF = {name: column for column, names in COLUMN_NAMES.items() for name in names}
-#: How the mapping reads on a run page and in the README, one line per column.
-MAPPING_LINES = [f"{', '.join(names)} -> {column.replace('_', ' ')}" for column, names in COLUMN_NAMES.items()]
+#: How the mapping reads in the README and ``tinygpt import --help``, one line per column.
+MAPPING_LINES = [f"{', '.join(names)} -> {COLUMN_TITLES[column]}" for column, names in COLUMN_NAMES.items()]
 
 
 def column_for(name: str) -> str | None:

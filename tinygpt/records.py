@@ -16,17 +16,18 @@ from pathlib import Path
 
 @dataclass
 class StepMetrics:
-    """One row of ``metrics.csv``."""
+    """One row of ``metrics.csv``. This trainer fills every field but the validation losses (at evaluations
+    only); a run of another trainer (``tinygpt.metric_names``) leaves None where its logs say nothing."""
 
     step: int
-    train_loss: float
+    train_loss: float | None
     val_loss: float | None
-    lr: float
-    tokens_per_sec: float
-    elapsed_sec: float
-    tokens_seen: int
-    epochs: float
-    peak_mem_mib: float
+    lr: float | None
+    tokens_per_sec: float | None
+    elapsed_sec: float | None
+    tokens_seen: int | None
+    epochs: float | None
+    peak_mem_mib: float | None
     # the loss over the whole validation split (every token once), measured at an evaluation whose estimate
     # comes near the run's target (tinygpt.train.TARGET_MARGIN): what decides that the target was reached
     val_loss_full: float | None = None
@@ -178,8 +179,8 @@ class TargetReached:
 
     target: float
     step: int
-    tokens_seen: int
-    elapsed_sec: float  # training seconds (evaluations and samples excluded), as the rows count them
+    tokens_seen: int | None  # None: not known (another trainer's logs)
+    elapsed_sec: float | None  # training seconds (evaluations and samples excluded), as the rows count them
     val_loss: float
     exact: bool = True
 
@@ -199,14 +200,16 @@ class TargetReached:
         return reached_line(self.target, self.step, self.tokens_seen, self.elapsed_sec, exact=self.exact)
 
 
-def reached_line(target: float, step: int, tokens_seen: int, elapsed_sec: float, *, exact: bool = True) -> str:
-    """What reaching a target is called everywhere.
+def reached_line(target: float, step: int, tokens_seen: int | None, elapsed_sec: float | None, *,
+                 exact: bool = True) -> str:
+    """What reaching a target is called everywhere (the tokens and time where they are known).
 
-    >>> reached_line(3.76, 1120, 9_175_040, 6660)
-    'reached 3.76 at step 1,120, 9.2M tokens, 1 h 51 min'
+    >>> reached_line(3.76, 1120, 9_175_040, 6660), reached_line(3.76, 40, None, None)
+    ('reached 3.76 at step 1,120, 9.2M tokens, 1 h 51 min', 'reached 3.76 at step 40')
     """
-    return (f"reached {target:g} at step {step:,}, {tokens_seen / 1e6:.1f}M tokens, {duration_text(elapsed_sec)}"
-            f"{'' if exact else ' (by the estimate, not the whole split)'}")
+    tokens = "" if tokens_seen is None else f", {tokens_seen / 1e6:.1f}M tokens"
+    time = "" if elapsed_sec is None else f", {duration_text(elapsed_sec)}"
+    return f"reached {target:g} at step {step:,}{tokens}{time}{'' if exact else ' (by the estimate, not the whole split)'}"
 
 
 def unreached_line(target: float, *, finished: bool) -> str:

@@ -1,5 +1,6 @@
 """``tinygpt import``: a finished run folder (``metrics.csv``, ``config.json``, ``best.pt`` when present)
-or a bare metrics CSV, as the payload of the dashboard's ``POST /api/runs/import``."""
+or a bare metrics CSV, as the payload of the dashboard's ``POST /api/runs/import``; another trainer's TensorBoard
+folder or log file (``tinygpt.foreign_logs``) as the payload of ``POST /api/runs/import-foreign``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from .foreign_logs import is_tensorboard, read_foreign
 from .records import read_metrics_csv
 from .run_config import TrainConfig
 
@@ -89,3 +91,27 @@ def import_payload(path: Path, *, config_arg: str | None = None, device_name: st
         "metrics": [asdict(m) for m in rows],
     }
     return payload, best if best is not None and best.exists() else None
+
+
+def is_foreign(path: Path) -> bool:
+    """Another trainer's files: a TensorBoard folder or event file, or a file that is not a metrics CSV."""
+    if is_tensorboard(path):
+        return True
+    return path.is_file() and path.suffix.lower() != ".csv"
+
+
+def foreign_payload(path: Path, *, config_arg: str | None = None, device: str | None = None,
+                    device_name: str | None = None, name: str | None = None, tags: list[str] | None = None,
+                    tokens_per_step: int | None = None, target: float | None = None) -> dict:
+    """The ``POST /api/runs/import-foreign`` request for another trainer's TensorBoard folder or log file: every
+    value it holds, by its own name (the dashboard maps the names onto its columns)."""
+    log = read_foreign(path)
+    params = read_config_arg(config_arg) if config_arg else {}
+    origin = "tensorboard" if log.source == "tensorboard" else "log_file"
+    return {
+        "name": name or (path.name if path.is_dir() else path.stem), "tags": tags or [], "origin": origin,
+        "source": log.source, "params": params, "device": device,
+        "device_info": {"name": device_name} if device_name else {},
+        "steps": log.total_steps, "tokens_per_step": tokens_per_step, "target_val_loss": target,
+        "points": [{"name": p.name, "step": p.step, "value": p.value, "wall_time": p.wall_time} for p in log.points],
+    }

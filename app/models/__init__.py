@@ -20,6 +20,8 @@ from .metrics import (
     Sample,
     SampleBase,
     SamplePublic,
+    SeriesPoint,
+    SeriesPublic,
     library_record,
 )
 from .reports import (
@@ -28,6 +30,8 @@ from .reports import (
     REPORT_ITEMS,
     AlertIn,
     EndIn,
+    ForeignImport,
+    ForeignPointIn,
     LogIn,
     MetricIn,
     ReportAck,
@@ -146,6 +150,8 @@ __all__ = [
     "SampleBase",
     "Sample",
     "SamplePublic",
+    "SeriesPoint",
+    "SeriesPublic",
     "EventType",
     "Event",
     "BrowserSession",
@@ -171,4 +177,6 @@ __all__ = [
     "ReportBatch",
     "ReportAck",
     "RunImport",
+    "ForeignImport",
+    "ForeignPointIn",
 ]

@@ -68,6 +68,35 @@ class MetricBlock(SQLModel, table=True):
     max_train_loss: float | None = None
 
 
+#: The longest metric name kept (MLflow's own bound on a metric key).
+SERIES_NAME_MAX = 250
+
+
+class SeriesPoint(SQLModel, table=True):
+    """A value another trainer logged, under its own name (every one, mapped onto a run column or not: what its
+    file or client said, so nothing is dropped and its client reads back what it wrote). One per name and step:
+    a value logged again at the same step replaces the earlier. The names that mean a run column also fill the
+    run's metrics rows (``tinygpt.metric_names``)."""
+
+    __tablename__ = "metric_series"
+
+    run_id: int = Field(foreign_key="runs.id", primary_key=True, ondelete="CASCADE")
+    name: str = Field(primary_key=True, max_length=SERIES_NAME_MAX)
+    step: int = Field(primary_key=True, sa_type=BigInteger)
+    value: float
+    wall_time: float | None = None  # seconds since the epoch, where the trainer said
+
+
+class SeriesPublic(SQLModel):
+    """A run's series of one name (GET /api/runs/{id}/series)."""
+
+    name: str
+    column: str | None = Field(description="the run column this name fills (tinygpt.metric_names), null: its own")
+    steps: list[int]
+    values: list[float]
+    wall_times: list[float | None]
+
+
 class MetricColumns(SQLModel):
     """A run's metrics as one list per field (``GET /api/runs/{id}/metrics?format=columns``)."""
 

@@ -19,8 +19,8 @@ from tinygpt.device_names import check_device_name, check_precision_name
 
 from .alerts import Alert
 from .common import InputModel
-from .metrics import MetricBase
-from .runs import RunConfig, RunStatus
+from .metrics import SERIES_NAME_MAX, MetricBase
+from .runs import RunConfig, RunOrigin, RunStatus
 
 # -- reported and imported runs (tinygpt train --report-to, tinygpt import) ----------------------------
 MAX_INT32 = 2**31 - 1  # steps, parameter counts, journal numbers: 32-bit columns (PostgreSQL's integer)
@@ -37,7 +37,7 @@ class MetricIn(MetricBase):
             if isinstance(value, float) and not math.isfinite(value):
                 raise PydanticCustomError("value_error", f"{name} must be a finite number, got {value}")
         for name, top in (("step", MAX_INT32), ("tokens_seen", MAX_INT62)):  # what the columns hold
-            if not 0 <= getattr(self, name) <= top:
+            if getattr(self, name) is not None and not 0 <= getattr(self, name) <= top:
                 raise PydanticCustomError("value_error", f"{name} must be in [0, {top}], got {getattr(self, name)}")
         return self
 
@@ -153,3 +153,54 @@ class RunImport(ReportedRunBase):
     @classmethod
     def _precision(cls, v: str | None) -> str | None:
         return None if v is None else check_precision_name(v)
+
+
+# -- another trainer's runs (tinygpt/foreign_logs.py: TensorBoard files, speedrun logs) ------------------------
+#: The most values one foreign run brings in one request, and what one param may hold (MLflow's own bounds).
+MAX_FOREIGN_POINTS = 1_000_000
+MAX_PARAMS = 1000
+PARAM_VALUE_MAX = 6000
+ParamValue = Annotated[str, Field(max_length=PARAM_VALUE_MAX)] | int | float | bool | None
+
+
+class ForeignPointIn(InputModel):
+    """One value of another trainer's, under its own name."""
+
+    name: str = Field(min_length=1, max_length=SERIES_NAME_MAX)
+    step: int = Field(ge=0, le=MAX_INT62)
+    value: float
+    wall_time: float | None = Field(default=None, ge=0, le=1e11, description="seconds since the epoch")
+
+    @field_validator("value")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError(f"value must be a finite number, got {v}")
+        return v
+
+
+class ForeignImport(InputModel):
+    """POST /api/runs/import-foreign: a finished run of another trainer, as ``tinygpt import`` read its files: every
+    value by its own name; the names that mean a run column (``tinygpt.metric_names``) fill its metrics rows."""
+
+    name: str = Field(min_length=1, max_length=200)
+    tags: list[str] = Field(default_factory=list, max_length=50)
+    origin: Literal[RunOrigin.tensorboard, RunOrigin.log_file]
+    source: str = Field(min_length=1, max_length=50, description="the format read: tensorboard, nanogpt, llmc, "
+                        "modded-nanogpt")
+    params: dict[Annotated[str, Field(min_length=1, max_length=SERIES_NAME_MAX)], ParamValue] = Field(
+        default_factory=dict, max_length=MAX_PARAMS, description="its options as its script had them: the run's config")
+    device: str | None = Field(default=None, max_length=50, description="the device it trained on (cpu, cuda, ...)")
+    device_info: dict = Field(default_factory=dict, description='e.g. {"name": "NVIDIA H200"}')
+    steps: int | None = Field(default=None, ge=0, le=MAX_INT32, description="its planned steps (default: the last)")
+    tokens_per_step: int | None = Field(default=None, ge=1, le=MAX_INT32,
+                                        description="tokens a step trains on, where the logs do not count tokens")
+    target_val_loss: float | None = Field(default=None, gt=0, le=100, description="the validation loss whose first "
+                                          "reaching is timed (none by default: its tokenizer is its own)")
+    status: Literal[RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled] = RunStatus.succeeded
+    points: list[ForeignPointIn] = Field(min_length=1, max_length=MAX_FOREIGN_POINTS)
+
+    @field_validator("device")
+    @classmethod
+    def _device_name(cls, v: str | None) -> str | None:
+        return None if v is None else check_device_name(v)

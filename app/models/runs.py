@@ -54,6 +54,9 @@ class RunOrigin(enum.StrEnum):
     dashboard = "dashboard"  # queued here, trained by a worker
     reported = "reported"  # trained elsewhere by `tinygpt train --report-to`, streamed here as it trains
     imported = "imported"  # a finished run folder or metrics CSV, brought in by `tinygpt import`
+    # another trainer's run, by what it left (tinygpt/foreign_logs.py, brought in by `tinygpt import`)
+    tensorboard = "tensorboard"  # its TensorBoard event files (SummaryWriter, tensorboardX)
+    log_file = "log_file"  # its log (nanoGPT's train.py, llm.c's main.log, modded-nanogpt)
 
 
 class Pool(enum.StrEnum):
@@ -360,8 +363,9 @@ class TimeToTarget(SQLModel):
     """When a run's validation loss (over the whole split) first reached its target."""
 
     step: int
-    tokens: int
-    seconds: float = Field(description="training seconds to that evaluation (evaluations and samples excluded)")
+    tokens: int | None = Field(description="tokens seen by then (null: another trainer's run that does not say)")
+    seconds: float | None = Field(description="training seconds to that evaluation (evaluations and samples "
+                                  "excluded; null: not known)")
     exact: bool = Field(description="judged by the whole validation split (false: by the evaluation's estimate, for "
                         "rows that never measured it)")
     line: str = Field(description='in words, e.g. "reached 3.76 at step 1,120, 9.2M tokens, 1 h 51 min"')
@@ -447,7 +451,7 @@ class RunPublic(SQLModel):
         data["time_to_target"] = None if run.target_step is None else {
             "step": run.target_step, "tokens": run.target_tokens, "seconds": run.target_sec,
             "exact": bool(run.target_exact), "line": reached_line(run.target_val_loss or 0, run.target_step,
-                                                                  run.target_tokens or 0, run.target_sec or 0,
+                                                                  run.target_tokens, run.target_sec,
                                                                   exact=bool(run.target_exact))}
         data["best_val_bpb"] = bits_per_byte(run.best_val_loss, run.val_bytes_per_token)
         data["slurm_job"] = None if run.pool != Pool.slurm else {

@@ -124,6 +124,15 @@ def resolved_differently(runs: list[Run]) -> list[dict]:
     return out
 
 
+def mean_of_known(values: list[float | int | None]) -> float | None:
+    """The mean, or None where a run does not know its value (another trainer's run that logs no tokens or time).
+
+    >>> mean_of_known([1, 2]), mean_of_known([1, None])
+    (1.5, None)
+    """
+    return None if not values or None in values else sum(values) / len(values)
+
+
 def group_curve(members: list[list[MetricPublic]], flops: list[int | None]) -> dict:
     """A group's validation curve at the evaluation steps all its runs share: the mean loss and its bands (min to
     max, mean +/- one standard deviation), with the mean tokens seen, training seconds and training FLOPs there
@@ -140,10 +149,10 @@ def group_curve(members: list[list[MetricPublic]], flops: list[int | None]) -> d
             continue
         std = spread.std or 0.0
         curve["step"].append(step)
-        curve["tokens_seen"].append(sum(r.tokens_seen for r in rows) / len(rows))
-        curve["elapsed_sec"].append(sum(r.elapsed_sec for r in rows) / len(rows))
-        curve["flops"].append(sum(r.tokens_seen * f for r, f in zip(rows, flops, strict=True)) / len(rows)
-                              if flops_known else None)
+        curve["tokens_seen"].append(mean_of_known([r.tokens_seen for r in rows]))
+        curve["elapsed_sec"].append(mean_of_known([r.elapsed_sec for r in rows]))
+        curve["flops"].append(mean_of_known([r.tokens_seen * f if r.tokens_seen is not None else None
+                                             for r, f in zip(rows, flops, strict=True)]) if flops_known else None)
         curve["val_mean"].append(spread.mean)
         curve["min"].append(min(r.val_loss for r in rows))
         curve["max"].append(max(r.val_loss for r in rows))
@@ -247,9 +256,9 @@ def compare_runs(session: Session, *, ids: list[int], group_by: str | None = Non
     max_val_gap = max_train_gap = None
     if shared:
         max_val_gap = max(max(v[s].val_loss for v in val_by_run) - min(v[s].val_loss for v in val_by_run) for s in shared)
-        max_train_gap = max(
-            max(v[s].train_loss for v in val_by_run) - min(v[s].train_loss for v in val_by_run) for s in shared
-        )
+        train_gaps = [max(losses) - min(losses) for s in shared
+                      if None not in (losses := [v[s].train_loss for v in val_by_run])]
+        max_train_gap = max(train_gaps) if train_gaps else None  # other trainers' rows may log no training loss
     names = group_names(session, group_ids=(r.group_id for r in runs))
     configs = [run_options(r, names) for r in runs]
     keys = sorted(set().union(*configs))

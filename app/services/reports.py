@@ -182,18 +182,12 @@ def upload_folder(session: Session, *, run_id: int) -> Path:
 
 def import_run(session: Session, *, body: RunImport, settings: Settings) -> Run:
     """A finished run with all its rows, written in bulk (no metric events: pages read its history)."""
-    rows = sorted((m.model_dump() for m in body.metrics), key=lambda r: r["step"])
-    evals = [r for r in rows if r["val_loss"] is not None]
-    best = min(evals, key=lambda r: r["val_loss"]) if evals else None
+    rows = [m.model_dump() for m in body.metrics]
     run = trained_elsewhere(session, body=body, origin=RunOrigin.imported, settings=settings, device=body.device,
-                            device_info=body.device_info, precision=body.precision, params=body.params,
-                            last_step=rows[-1]["step"], best_val_loss=best["val_loss"] if best else None,
-                            best_step=best["step"] if best else None)
-    session.execute(insert(Metric), [{"run_id": run.id, **r} for r in rows])
+                            device_info=body.device_info, precision=body.precision, params=body.params)
     run.target_val_loss = dataset_target(session, name=body.config.dataset, configured=body.config.target_val_loss)
     run.val_bytes_per_token = body.val_bytes_per_token
-    set_target(run, TargetReached.first([StepMetrics(**r) for r in rows], run.target_val_loss))
-    rebuild_blocks(session, run_id=run.id)
+    write_rows(session, run, rows)
     for sample in body.samples:
         record_sample(session, run.id, sample.model_dump())
     record_event(session, run_id=run.id, type=EventType.log,
@@ -203,3 +197,18 @@ def import_run(session: Session, *, body: RunImport, settings: Settings) -> Run:
     session.commit()
     return run
 
+
+
+def write_rows(session: Session, run: Run, rows: list[dict]) -> None:
+    """A finished run's metrics rows in bulk (no metric events: pages read its history): its last step, best
+    evaluation, time to its target (``run.target_val_loss``, set before) and block summaries follow from them."""
+    rows = sorted(rows, key=lambda r: r["step"])
+    evals = [r for r in rows if r["val_loss"] is not None]
+    best = min(evals, key=lambda r: r["val_loss"]) if evals else None
+    run.last_step = rows[-1]["step"] if rows else 0
+    run.best_val_loss, run.best_step = (best["val_loss"], best["step"]) if best else (None, None)
+    if rows:
+        session.execute(insert(Metric), [{"run_id": run.id, **r} for r in rows])
+    set_target(run, TargetReached.first([StepMetrics(**r) for r in rows], run.target_val_loss))
+    rebuild_blocks(session, run_id=run.id)
+    session.add(run)

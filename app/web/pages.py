@@ -31,7 +31,7 @@ from ..models import (
 from ..redaction import shown_config
 from ..security import may_query_model
 from ..services import benchmarks as bench_svc
-from ..services import compare, groups, lifecycle, model_export
+from ..services import compare, foreign_runs, groups, lifecycle, model_export
 from ..services import datasets as ds_svc
 from ..services import metric_history as history
 from ..services import runs as svc
@@ -235,7 +235,8 @@ def run_page(run_id: RunId, request: Request, session: SessionDep, settings: Set
     public = svc.public_run(session, run)
     # alerts up to the page's rendering are history: the stream replays them, the page notifies only newer ones
     shown_up_to = last_run_event_id(session, run_id=run_id)
-    return render(request, "run.html", nav="runs", run=public,
+    mapped_names, own_series = foreign_runs.series_names(session, run_id=run_id)
+    return render(request, "run.html", nav="runs", run=public, mapped_names=mapped_names, own_series=own_series,
                   run_json={**public.model_dump(mode="json"), "rendered_event_id": shown_up_to},
                   samples=svc.run_samples(session, run_id=run_id), config_rows=config_rows(public),
                   group_run_ids=[r.id for r in groups.group_runs(session, group_id=run.group_id)
@@ -360,7 +361,8 @@ def compare_page(request: Request, session: SessionDep, ids: Annotated[list[str]
                 summary["history"] = {k: history[k] for k in ("step", "train_loss", "val_loss", "tokens_seen",
                                                               "elapsed_sec")}
                 per_token = summary["flops_per_token"]  # the FLOPs axis: training FLOPs so far
-                summary["history"]["flops"] = [t * per_token if per_token else None for t in history["tokens_seen"]]
+                summary["history"]["flops"] = [t * per_token if per_token and t is not None else None
+                                               for t in history["tokens_seen"]]
         except AppError as exc:
             error = exc.message
     return render(request, "compare.html", nav="compare", result=result, error=error, ids_text=",".join(map(str, run_ids)),

@@ -105,7 +105,7 @@ window.TG = (() => {
     el.setAttribute("role", "img");
     el.setAttribute("aria-label", text);
   }
-  const fixed4 = (v) => v.toFixed(4);
+  const fixed4 = (v) => (v == null ? "not logged" : v.toFixed(4));
   const grouped = (v) => Math.round(v).toLocaleString("en-US");
   // "tokens/s by step: 11 rows (steps 0 to 10), from 1,000 to 1,200 (lowest 990, highest 1,250)"
   function seriesText(name, steps, values, fmt = grouped) {

@@ -21,8 +21,10 @@ function setupCompare() {
     const tables = [], series = [];
     result.runs.forEach((r, k) => {  // r.history: the run's rows as columns, thinned by the server
       const h = r.history;
-      const evals = h.val_loss.flatMap((v, i) => (v != null ? [i] : []));
-      tables.push([h[xKey], h.train_loss]);
+      // rows whose x is not known (another trainer's run that logs no tokens or time) are not drawn on that axis
+      const known = h.step.flatMap((_, i) => (h[xKey][i] != null ? [i] : []));
+      const evals = known.filter((i) => h.val_loss[i] != null);
+      tables.push([known.map((i) => h[xKey][i]), known.map((i) => h.train_loss[i])]);
       tables.push([evals.map((i) => h[xKey][i]), evals.map((i) => h.val_loss[i])]);
       const color = TG.palette[k % TG.palette.length];
       series.push({ label: `#${r.id} train`, stroke: color, width: 1, dash: [4, 3], spanGaps: true });

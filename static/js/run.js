@@ -45,7 +45,7 @@ function setupRunPage() {
     const pick = (arr) => idx.map((i) => arr[i]);
     const xs = pick(rows.map((r) => r[xKey]));
     const val = rows.map((r) => r.val_loss);
-    const gap = rows.map((r) => (r.val_loss != null ? r.val_loss - r.train_loss : null));
+    const gap = rows.map((r) => (r.val_loss != null && r.train_loss != null ? r.val_loss - r.train_loss : null));
     const bestStep = state.overfit ? state.overfit.best_step : null; // the server's verdict: the best evaluation
     const best = rows.map((r) => (r.step === bestStep && r.val_loss != null ? r.val_loss : null));
     const targetLine = rows.map(() => state.targetValue ?? null);
@@ -346,8 +346,27 @@ function setupRunPage() {
     for (const n of d) addListItem("neighbours", [["code", JSON.stringify(n.token)], ["span", ` ${n.similarity.toFixed(3)}`]]);
   });
 
+  // -- another trainer's own series (the names not mapped onto the run's columns): one small chart each ------
+  async function drawOwnSeries() {
+    const els = document.querySelectorAll(".series-chart");
+    if (!els.length) return;
+    const response = await fetch(TG.url(`/api/runs/${run.id}/series?max_points=${MAX_POINTS}`));
+    if (!response.ok) throw new Error(`the run's series could not be read (HTTP ${response.status})`);
+    const byName = Object.fromEntries((await response.json()).map((s) => [s.name, s]));
+    state.seriesCharts = [];
+    els.forEach((el, k) => {
+      const s = byName[el.dataset.series];
+      if (!s) return;
+      const plot = TG.chart(el, [{ label: s.name, stroke: TG.palette[k % TG.palette.length] }], { xLabel: "step", yValues: TG.siValues });
+      plot.setData([s.steps, s.values]);
+      TG.describe(el, TG.seriesText(s.name, s.steps, s.values));
+      state.seriesCharts.push(plot);
+    });
+  }
+
   buildCharts();
   start(0).catch(showError);
+  drawOwnSeries().catch(showError);
 }
 
 document.addEventListener("DOMContentLoaded", setupRunPage);

@@ -1,0 +1,101 @@
+"""Runs of other trainers (``RunOrigin.tensorboard``, ``RunOrigin.log_file``): every value they logged kept under
+its own name (``metric_series``), and the names that mean a run column (``tinygpt.metric_names``, the one
+mapping) filling the run's metrics rows, so that best val, the overfitting gap, time to target, compare and
+groups work on them as on any run. No worker claims them."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+from sqlmodel import Session, col, select
+
+from tinygpt.metric_names import COLUMN_TITLES, STEP_COUNT_NAMES, column_for, mapped_rows, mapping_of
+
+from ..models import (
+    EventType,
+    ForeignImport,
+    ForeignPointIn,
+    Run,
+    RunStatus,
+    SeriesPoint,
+    SeriesPublic,
+    utcnow,
+)
+from ..settings import Settings
+from .events import record_event
+from .lifecycle import change_status, new_run
+from .reports import write_rows
+
+#: The most points of one name a series read answers with (thinned evenly past it, first and last kept).
+SERIES_POINTS_MAX = 100_000
+
+# one statement for SQLite and PostgreSQL alike: a value logged again at the same step replaces the earlier
+UPSERT_POINT = text("""
+INSERT INTO metric_series (run_id, name, step, value, wall_time) VALUES (:run_id, :name, :step, :value, :wall_time)
+ON CONFLICT (run_id, name, step) DO UPDATE SET value = excluded.value, wall_time = excluded.wall_time
+""")
+
+
+def record_points(session: Session, *, run_id: int, points: list[ForeignPointIn]) -> None:
+    if points:
+        session.execute(UPSERT_POINT, [{"run_id": run_id, **p.model_dump()} for p in points])
+
+
+def planned_steps(body: ForeignImport, last_step: int) -> int:
+    """The run's steps: as given, else a param that counts them (``max_iters``, ...), else its last step."""
+    if body.steps is not None:
+        return body.steps
+    for name in STEP_COUNT_NAMES:
+        value = body.params.get(name)
+        if isinstance(value, int | str) and not isinstance(value, bool) and str(value).isdigit():
+            return int(value)
+    return last_step
+
+
+def import_foreign(session: Session, *, body: ForeignImport, settings: Settings) -> Run:
+    """A finished run of another trainer, every value it logged kept (commits)."""
+    rows = mapped_rows([(p.name, p.step, p.value, p.wall_time) for p in body.points],
+                       tokens_per_step=body.tokens_per_step)
+    last = max(p.step for p in body.points)
+    steps = planned_steps(body, last)
+    config = {**body.params, "steps": steps}  # its params as its script had them; steps: what the pages count to
+    run = new_run(session, name=body.name, config=config, settings=settings, requested_device=body.device or "auto",
+                  origin=body.origin, status=RunStatus.running, tags=body.tags, started_at=utcnow(),
+                  device=body.device, device_info=body.device_info)
+    run.target_val_loss = body.target_val_loss
+    record_points(session, run_id=run.id, points=body.points)
+    write_rows(session, run, rows)
+    mapped = mapping_of(p.name for p in body.points)
+    record_event(session, run_id=run.id, type=EventType.log, data={
+        "message": f"imported from {body.source} ({body.origin}): {len(body.points)} values of "
+                   f"{len({p.name for p in body.points})} names, {len(rows)} metrics rows; mapped: "
+                   + (", ".join(f"{name} -> {column}" for name, column in mapped.items()) or "none")})
+    error = None if body.status == RunStatus.succeeded else f"imported: its logs end at step {last} of {steps}"
+    change_status(session, run, RunStatus(body.status), settings=settings, finished_at=utcnow(), error=error)
+    session.commit()
+    return run
+
+
+def run_series(session: Session, *, run_id: int, max_points: int = SERIES_POINTS_MAX) -> list[SeriesPublic]:
+    """Every series the run's trainer logged, by name, each thinned to ``max_points`` (first and last kept)."""
+    names = session.exec(select(SeriesPoint.name).where(SeriesPoint.run_id == run_id).distinct()
+                         .order_by(col(SeriesPoint.name))).all()
+    out = []
+    for name in names:
+        points = session.exec(select(SeriesPoint.step, SeriesPoint.value, SeriesPoint.wall_time)
+                              .where(SeriesPoint.run_id == run_id, SeriesPoint.name == name)
+                              .order_by(col(SeriesPoint.step))).all()
+        if len(points) > max_points:
+            stride = -(-len(points) // max_points)
+            points = [*points[:-1:stride], points[-1]]
+        out.append(SeriesPublic(name=name, column=column_for(name), steps=[p[0] for p in points],
+                                values=[p[1] for p in points], wall_times=[p[2] for p in points]))
+    return out
+
+
+def series_names(session: Session, *, run_id: int) -> tuple[list[tuple[str, str]], list[str]]:
+    """What the run page says of a foreign run's names: (name, the column it fills) for the mapped ones, and
+    the names drawn as charts of their own."""
+    names = session.exec(select(SeriesPoint.name).where(SeriesPoint.run_id == run_id).distinct()
+                         .order_by(col(SeriesPoint.name))).all()
+    mapped = [(name, COLUMN_TITLES[column]) for name in names if (column := column_for(name)) is not None]
+    return mapped, [name for name in names if column_for(name) is None]
