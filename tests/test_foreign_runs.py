@@ -50,10 +50,15 @@ def test_a_nanogpt_log_becomes_a_run_with_its_columns_and_every_value(make_app, 
     assert sorted(series) == ["iter_time_ms", "loss", "mfu", "train loss", "val loss"]
     assert (series["mfu"]["column"], series["mfu"]["steps"], series["mfu"]["values"]) == (None, [10, 250], [9.30, 9.18])
     assert series["val loss"]["column"] == "val_loss"
+    exported = client.get(f"/api/runs/{run['id']}/series", params={"format": "csv"})
+    assert exported.headers["content-type"].startswith("text/csv")
+    lines = exported.text.splitlines()
+    assert lines[0] == "name,step,value,wall_time" and len(lines) == 13  # every value logged
+    assert lines[1:4] == ["iter_time_ms,0,29877.81,", "iter_time_ms,10,40.12,", "iter_time_ms,250,5321.07,"]
     stream = client.get(f"/api/runs/{run['id']}/events").text  # a finished run's stream ends
     logs = [json.loads(block.split("data: ", 1)[1]) for block in stream.split("\r\n\r\n")
             if "\r\nevent: log\r\n" in block]
-    assert logs == [{"run_id": run["id"], "message": "imported from nanogpt (log_file): 12 values of 5 names, 3 metrics rows; mapped: "
+    assert logs == [{"run_id": run["id"], "message": "imported from a nanoGPT log: 12 values of 5 names, 3 metrics rows; mapped: "
                                 "loss -> train_loss, train loss -> train_loss, val loss -> val_loss"}]
 
 

@@ -57,7 +57,8 @@ OPERATIONS = [
     "POST /api/sweeps", "GET /api/sweeps", "GET /api/sweeps/{sweep_id}", "PATCH /api/sweeps/{sweep_id}",
     "POST /api/sweeps/{sweep_id}/cancel",
     "DELETE /api/sweeps/{sweep_id}", "POST /api/runs/reported", "POST /api/runs/{run_id}/report",
-    "PUT /api/runs/{run_id}/checkpoint", "POST /api/runs/import", "GET /api/export",
+    "PUT /api/runs/{run_id}/checkpoint", "POST /api/runs/import", "POST /api/runs/import-foreign",
+    "GET /api/runs/{run_id}/series", "GET /api/export",
 ]
 
 

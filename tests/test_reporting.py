@@ -340,6 +340,42 @@ def import_csv(home, app: AppServer, path: Path, options: dict, device: str, nam
     return int(stdout.split()[4])
 
 
+def test_import_other_trainers_files_with_the_command(dashboard, tmp_path):
+    """``tinygpt import`` of a nanoGPT log and a SummaryWriter folder, against the real service."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from .test_foreign_logs import NANOGPT_LOG
+
+    home, app = dashboard
+    log = tmp_path / "train_shakespeare.log"
+    log.write_text(NANOGPT_LOG)
+    code, stdout, stderr = here(home, "import", log, "--url", app.url, "--tokens-per-step", "16384",
+                                "--config", '{"max_iters": 5000}', "--device", "cuda", "--tag", "nanogpt")
+    assert code == 0, stderr
+    run_id = int(stdout.split()[5])
+    assert stdout == f"imported {log} (nanogpt) as run {run_id} (12 values, 250 steps): {app.url}/runs/{run_id}\n"
+    writer = SummaryWriter(str(tmp_path / "tb"))
+    for step in range(3):
+        writer.add_scalar("loss", 3.0 - step, step)
+    writer.close()
+    code, stdout, stderr = here(home, "import", tmp_path / "tb", "--url", app.url)
+    assert code == 0, stderr
+    tb_id = int(stdout.split()[5])
+    with client(app) as c:
+        run = c.get(f"/api/runs/{run_id}").json()
+        assert (run["origin"], run["tags"], run["steps"], run["best_val_loss"]) == ("log_file", ["nanogpt"], 5000, 2.0645)
+        assert [r["train_loss"] for r in api_rows(c, tb_id)] == [3.0, 2.0, 1.0]
+    code, _, stderr = here(home, "import", tmp_path / "tb", "--url", app.url, "--tokens-per-step", "0")
+    assert (code, stderr.splitlines()[-1]) == (2, "tinygpt import: error: argument --tokens-per-step: must be a "
+                                                  "positive integer, got 0")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("nothing here\n")
+    code, _, stderr = here(home, "import", notes, "--url", app.url)
+    assert (code, stderr) == (2, f"tinygpt import: error: {notes}: no line of nanoGPT (step N: train loss X, val "
+                                 "loss Y / iter N: loss X, time Tms), llm.c (s:N trl:X / s:N tel:X) or modded-nanogpt "
+                                 "(step:S/T val_loss:X ...) format\n")
+
+
 def test_import_the_recorded_runs_and_export_them(dashboard):
     home, app = dashboard
     series = {"target_val_loss": 3.76}  # (this dashboard's holmes is a slice: no known target of its own)

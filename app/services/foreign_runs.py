@@ -5,11 +5,16 @@ groups work on them as on any run. No worker claims them."""
 
 from __future__ import annotations
 
-from sqlalchemy import text
+import csv
+import io
+from collections.abc import Iterator
+
+from sqlalchemy import text, tuple_
 from sqlmodel import Session, col, select
 
 from tinygpt.metric_names import COLUMN_TITLES, STEP_COUNT_NAMES, column_for, mapped_rows, mapping_of
 
+from ..db import session_scope
 from ..models import (
     EventType,
     ForeignImport,
@@ -25,6 +30,9 @@ from .events import record_event
 from .lifecycle import change_status, new_run
 from .reports import write_rows
 
+#: What each format read is called in the run's log.
+SOURCE_TEXT = {"tensorboard": "TensorBoard event files", "nanogpt": "a nanoGPT log", "llmc": "an llm.c log",
+               "modded-nanogpt": "a modded-nanogpt log"}
 #: The most points of one name a series read answers with (thinned evenly past it, first and last kept).
 SERIES_POINTS_MAX = 100_000
 
@@ -66,7 +74,7 @@ def import_foreign(session: Session, *, body: ForeignImport, settings: Settings)
     write_rows(session, run, rows)
     mapped = mapping_of(p.name for p in body.points)
     record_event(session, run_id=run.id, type=EventType.log, data={
-        "message": f"imported from {body.source} ({body.origin}): {len(body.points)} values of "
+        "message": f"imported from {SOURCE_TEXT.get(body.source, body.source)}: {len(body.points)} values of "
                    f"{len({p.name for p in body.points})} names, {len(rows)} metrics rows; mapped: "
                    + (", ".join(f"{name} -> {column}" for name, column in mapped.items()) or "none")})
     error = None if body.status == RunStatus.succeeded else f"imported: its logs end at step {last} of {steps}"
@@ -99,3 +107,29 @@ def series_names(session: Session, *, run_id: int) -> tuple[list[tuple[str, str]
                          .order_by(col(SeriesPoint.name))).all()
     mapped = [(name, COLUMN_TITLES[column]) for name in names if (column := column_for(name)) is not None]
     return mapped, [name for name in names if column_for(name) is None]
+
+
+SERIES_CSV_COLUMNS = ["name", "step", "value", "wall_time"]
+PAGE_POINTS = 5000
+
+
+def series_csv(settings: Settings, *, run_id: int) -> Iterator[str]:
+    """Every point of every series of the run as CSV, none thinned, read a page at a time (keyset on name and
+    step) in short sessions."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(SERIES_CSV_COLUMNS)
+    after: tuple[str, int] = ("", -1)
+    while True:
+        with session_scope(settings) as session:
+            page = session.exec(select(SeriesPoint.name, SeriesPoint.step, SeriesPoint.value, SeriesPoint.wall_time)
+                                .where(SeriesPoint.run_id == run_id,
+                                       tuple_(col(SeriesPoint.name), col(SeriesPoint.step)) > after)
+                                .order_by(col(SeriesPoint.name), col(SeriesPoint.step)).limit(PAGE_POINTS)).all()
+        writer.writerows(page)
+        yield buf.getvalue()
+        buf.seek(0)
+        buf.truncate()
+        if len(page) < PAGE_POINTS:
+            return
+        after = (page[-1][0], page[-1][1])
