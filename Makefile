@@ -17,7 +17,7 @@ ifneq ($(wildcard $(HOLMES_SHARED)),)
 export TINYGPT_HOLMES_PATH ?= $(HOLMES_SHARED)
 endif
 
-.PHONY: install install-test run test test-slow test-scale test-slurm test-all coverage lint bench clean chromium postgresql slurm
+.PHONY: install install-test run test test-slow test-scale test-slurm test-all coverage lint bench clean chromium postgresql slurm mlflow-clients
 
 # What running needs: torch, then the package and its runtime dependencies (`make run`).
 install: $(VENV)/.installed
@@ -51,6 +51,10 @@ chromium:
 postgresql:
 	scripts/install-postgresql.sh
 
+# MLflow's client in two versions (2.22.1, 3.17.2), each in its own environment, for tests/test_mlflow.py
+mlflow-clients: install-test
+	VENV=$(VENV) scripts/install-mlflow-clients.sh
+
 slurm:
 	scripts/install-slurm.sh
 
@@ -63,13 +67,13 @@ TWO_PROCESSES := -n 2 --dist loadfile
 
 # The default suite (under 15 minutes on 2 cores: 375 s on a fresh clone here, 645 s with the set-up):
 # everything but the tests marked slow or gpu, on two pytest processes.
-test: lint chromium postgresql
+test: lint chromium postgresql mlflow-clients
 	$(PY) -m pytest -q $(TWO_PROCESSES) --durations=20
 
 # The slow tests: faults (kills, full disk, ...), API fuzzing, load, scale-out, long trainings, a real
 # single-node Slurm (about 16 minutes on 2 cores: two pytest processes, then the load test by itself);
 # CI runs them after `make test`.
-test-slow: install-test chromium postgresql slurm
+test-slow: install-test chromium postgresql slurm mlflow-clients
 	$(PY) -m pytest -q -m "slow and not gpu and not alone" $(TWO_PROCESSES) --durations=20
 	$(PY) -m pytest -q -m "slow and not gpu and alone" --durations=5
 

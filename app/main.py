@@ -22,7 +22,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from tinygpt import __version__
 
 from . import api_docs
-from .api import benchmarks, catalog, events, export, foreign_runs, groups, reports, runs, sweeps
+from .api import benchmarks, catalog, events, export, foreign_runs, groups, mlflow, reports, runs, sweeps
 from .db import init_db, session_scope
 from .errors import AppError, Invalid, NotFound
 from .failed_auth import FailedAuth
@@ -113,6 +113,8 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
         first = errors[0] if errors else {}
         return await app_error(request, Invalid(f"{'.'.join(map(str, first.get('loc', [])[1:]))}: {first.get('msg')}"))
 
+    app.add_exception_handler(mlflow.MlflowError, mlflow.error_response)  # MLflow's own error shape
+
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         """Starlette's own errors (a path no route serves): JSON for the API, a page for a browser."""
@@ -123,7 +125,7 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
 
     for router in (reports.router, foreign_runs.router, runs.router, groups.router, export.router, events.router, benchmarks.router,
                    sweeps.router, catalog.router, catalog.health_router, pages.router, sweep_pages.router, notes.router,
-                   group_pages.router, login.router, api_docs.router):
+                   group_pages.router, login.router, api_docs.router, mlflow.router, mlflow.unserved):
         app.include_router(router)  # reports before runs: /api/runs/reported, /api/runs/import-foreign are no run ids
     app.mount("/static", CachedStaticFiles(directory=STATIC), name="static")
     return app

@@ -115,6 +115,9 @@ class Settings(BaseSettings):
                                       "machine down); unset: no cap")
     heartbeat_sec: float = Field(default=2.0, description="how often a running job writes its heartbeat")
     stale_after_sec: float = Field(default=10.0, description="a running run whose heartbeat is older is crashed")
+    client_silent_sec: float = Field(default=900.0, gt=0, description="a run reporting through MLflow's client "
+                                     "that sends nothing for this long ends crashed (its script was killed); a "
+                                     "value it logs later brings it back to running")
     max_attempts: int = Field(default=3, description="a run that crashed this many times is not re-queued again")
     worker_poll_sec: float = Field(default=0.5, description="how often an idle worker looks for queued runs")
     warm_jobs: bool = Field(default=True, description="keep one job process per device slot started ahead, its "

@@ -64,15 +64,16 @@ def mapping_of(names: Iterable[str]) -> dict[str, str]:
     return {name: column for name in sorted(set(names)) if (column := column_for(name)) is not None}
 
 
-def mapped_rows(points: Iterable[tuple[str, int, float, float | None]], *,
-                tokens_per_step: int | None = None) -> list[dict]:
+def mapped_rows(points: Iterable[tuple[str, int, float, float | None]], *, tokens_per_step: int | None = None,
+                start_time: float | None = None) -> list[dict]:
     """Rows of the run's columns (``StepMetrics`` fields, None where not logged) from (name, step, value, wall
     time in seconds or None) points: one row per step that has any mapped value, in step order. ``elapsed_sec``,
     when not logged, is the wall time since the first point; ``tokens_seen``, when not logged, is
-    ``step * tokens_per_step`` where that is known."""
+    ``step * tokens_per_step`` where that is known. ``start_time``: when the run started (default: the first
+    point's time)."""
     points = list(points)
     times = [t for _, _, _, t in points if t is not None]
-    first_time = min(times) if times else None
+    first_time = start_time if start_time is not None else min(times) if times else None
     rows: dict[int, dict] = {}
     for name, step, value, wall in points:
         column = column_for(name)
@@ -91,3 +92,23 @@ def mapped_rows(points: Iterable[tuple[str, int, float, float | None]], *,
         if row["tokens_seen"] is not None:
             row["tokens_seen"] = int(row["tokens_seen"])
     return [rows[s] for s in sorted(rows)]
+
+
+def tokens_per_step_of(params: dict) -> int | None:
+    """Tokens a step trains on, from a script's params where they say (nanoGPT's batch_size x block_size x
+    gradient_accumulation_steps; ``tokens_per_step`` or ``tokens_per_iter`` as such).
+
+    >>> tokens_per_step_of({"batch_size": "12", "block_size": 1024, "gradient_accumulation_steps": 40})
+    491520
+    """
+    def number(name: str) -> int | None:
+        value = params.get(name)
+        return int(value) if isinstance(value, int | str) and str(value).isdigit() else None
+
+    for name in ("tokens_per_step", "tokens_per_iter", "total_batch_size"):
+        if (value := number(name)) is not None:
+            return value
+    batch, context = number("batch_size"), number("block_size") or number("sequence_length")
+    if batch is None or context is None:
+        return None
+    return batch * context * (number("gradient_accumulation_steps") or 1)

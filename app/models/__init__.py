@@ -48,6 +48,7 @@ from .runs import (
     FINISHED,
     MODEL_SHAPERS,
     TRAINING_OPTIONS,
+    UNSTOPPABLE,
     ModelSizeQuery,
     Notify,
     Pool,
@@ -91,6 +92,7 @@ from .sweeps import (
 from .workers import WorkerRecord
 
 __all__ = [
+    "UNSTOPPABLE",
     "RunGroup",
     "RunGroupPublic",
     "RunGroupUpdate",

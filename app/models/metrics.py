@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import MISSING, fields
 from datetime import datetime
 from typing import Any, get_type_hints
@@ -83,8 +84,13 @@ class SeriesPoint(SQLModel, table=True):
     run_id: int = Field(foreign_key="runs.id", primary_key=True, ondelete="CASCADE")
     name: str = Field(primary_key=True, max_length=SERIES_NAME_MAX)
     step: int = Field(primary_key=True, sa_type=BigInteger)
-    value: float
+    value: float  # 0 where is_nan (SQLite keeps no NaN: it would read back NULL)
+    is_nan: bool = False  # a NaN logged (MLflow's clients may log one: a diverged run), as MLflow's own store keeps it
     wall_time: float | None = None  # seconds since the epoch, where the trainer said
+
+    @property
+    def logged_value(self) -> float:
+        return math.nan if self.is_nan else self.value
 
 
 class SeriesPublic(SQLModel):
@@ -93,7 +99,7 @@ class SeriesPublic(SQLModel):
     name: str
     column: str | None = Field(description="the run column this name fills (tinygpt.metric_names), null: its own")
     steps: list[int]
-    values: list[float]
+    values: list[float | None] = Field(description="null: a NaN logged; infinities as logged")
     wall_times: list[float | None]
 
 

@@ -53,10 +53,15 @@ class RunOrigin(enum.StrEnum):
 
     dashboard = "dashboard"  # queued here, trained by a worker
     reported = "reported"  # trained elsewhere by `tinygpt train --report-to`, streamed here as it trains
+    mlflow = "mlflow"  # another trainer's script, reporting through MLflow's client (app/api/mlflow.py)
     imported = "imported"  # a finished run folder or metrics CSV, brought in by `tinygpt import`
     # another trainer's run, by what it left (tinygpt/foreign_logs.py, brought in by `tinygpt import`)
     tensorboard = "tensorboard"  # its TensorBoard event files (SummaryWriter, tensorboardX)
     log_file = "log_file"  # its log (nanoGPT's train.py, llm.c's main.log, modded-nanogpt)
+
+
+#: Runs whose trainer cannot be asked to stop: MLflow's protocol carries nothing back to its client.
+UNSTOPPABLE = frozenset({RunOrigin.mlflow})
 
 
 class Pool(enum.StrEnum):
@@ -344,6 +349,7 @@ class Run(SQLModel, table=True):
     job_script: str | None = Field(default=None, sa_column=Column(Text))
     job_token_hash: str | None = None
     prune_requested: bool = False  # a Slurm trial its sweep's pruner stopped: its end is ``pruned``
+    client_tags: dict | None = Field(default=None, sa_column=Column(JSON))  # an MLflow client's run tags, key -> value
 
     @property
     def training_options(self) -> dict:
@@ -430,6 +436,8 @@ class RunPublic(SQLModel):
     stop_reason: str | None
     stalled_at: datetime | None
     origin: str
+    stoppable: bool = Field(default=True, description="whether a cancel reaches its trainer (false: a client, such "
+                            "as MLflow's, that cannot be asked to stop)")
     host: str | None  # the machine it trains (trained) on: its worker's, or the reporting trainer's
     target_val_loss: float | None = Field(description="the validation loss whose first reaching is timed")
     time_to_target: TimeToTarget | None = Field(description="when it first reached target_val_loss (null: not yet)")
@@ -448,6 +456,7 @@ class RunPublic(SQLModel):
         # progress: training steps, or for a benchmark the number of cells (known once it starts)
         data["steps"] = int(run.config.get("cells" if run.kind == RunKind.benchmark else "steps", 0))
         data["has_checkpoint"] = bool(run.checkpoint_path)
+        data["stoppable"] = run.origin not in UNSTOPPABLE
         data["time_to_target"] = None if run.target_step is None else {
             "step": run.target_step, "tokens": run.target_tokens, "seconds": run.target_sec,
             "exact": bool(run.target_exact), "line": reached_line(run.target_val_loss or 0, run.target_step,

@@ -7,28 +7,40 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Iterator
 
 from sqlalchemy import text, tuple_
 from sqlmodel import Session, col, select
 
-from tinygpt.metric_names import COLUMN_TITLES, STEP_COUNT_NAMES, column_for, mapped_rows, mapping_of
+from tinygpt.metric_names import (
+    COLUMN_TITLES,
+    STEP_COUNT_NAMES,
+    column_for,
+    mapped_rows,
+    mapping_of,
+    tokens_per_step_of,
+)
 
 from ..db import session_scope
 from ..models import (
     EventType,
     ForeignImport,
-    ForeignPointIn,
+    Metric,
+    MetricPublic,
     Run,
     RunStatus,
     SeriesPoint,
     SeriesPublic,
+    as_utc,
     utcnow,
 )
 from ..settings import Settings
 from .events import record_event
 from .lifecycle import change_status, new_run
+from .metric_blocks import rebuild_blocks
 from .reports import write_rows
+from .run_records import record_evaluation, record_metric
 
 #: What each format read is called in the run's log.
 SOURCE_TEXT = {"tensorboard": "TensorBoard event files", "nanogpt": "a nanoGPT log", "llmc": "an llm.c log",
@@ -38,14 +50,23 @@ SERIES_POINTS_MAX = 100_000
 
 # one statement for SQLite and PostgreSQL alike: a value logged again at the same step replaces the earlier
 UPSERT_POINT = text("""
-INSERT INTO metric_series (run_id, name, step, value, wall_time) VALUES (:run_id, :name, :step, :value, :wall_time)
-ON CONFLICT (run_id, name, step) DO UPDATE SET value = excluded.value, wall_time = excluded.wall_time
+INSERT INTO metric_series (run_id, name, step, value, is_nan, wall_time)
+VALUES (:run_id, :name, :step, :value, :is_nan, :wall_time)
+ON CONFLICT (run_id, name, step) DO UPDATE SET value = excluded.value, is_nan = excluded.is_nan,
+                                               wall_time = excluded.wall_time
 """)
 
 
-def record_points(session: Session, *, run_id: int, points: list[ForeignPointIn]) -> None:
+def json_number(value: float) -> float | None:
+    """A value as JSON holds it: infinities (which JSON has no word for) as None, like a NaN."""
+    return value if math.isfinite(value) else None
+
+
+def record_points(session: Session, *, run_id: int, points: list[dict]) -> None:
+    """Values by name (``name``, ``step``, ``value``, ``wall_time``), each replacing one at its name and step."""
     if points:
-        session.execute(UPSERT_POINT, [{"run_id": run_id, **p.model_dump()} for p in points])
+        session.execute(UPSERT_POINT, [{"run_id": run_id, **p, "is_nan": math.isnan(p["value"]),
+                                        "value": 0.0 if math.isnan(p["value"]) else p["value"]} for p in points])
 
 
 def planned_steps(body: ForeignImport, last_step: int) -> int:
@@ -70,7 +91,7 @@ def import_foreign(session: Session, *, body: ForeignImport, settings: Settings)
                   origin=body.origin, status=RunStatus.running, tags=body.tags, started_at=utcnow(),
                   device=body.device, device_info=body.device_info)
     run.target_val_loss = body.target_val_loss
-    record_points(session, run_id=run.id, points=body.points)
+    record_points(session, run_id=run.id, points=[p.model_dump() for p in body.points])
     write_rows(session, run, rows)
     mapped = mapping_of(p.name for p in body.points)
     record_event(session, run_id=run.id, type=EventType.log, data={
@@ -89,14 +110,15 @@ def run_series(session: Session, *, run_id: int, max_points: int = SERIES_POINTS
                          .order_by(col(SeriesPoint.name))).all()
     out = []
     for name in names:
-        points = session.exec(select(SeriesPoint.step, SeriesPoint.value, SeriesPoint.wall_time)
+        points = session.exec(select(SeriesPoint.step, SeriesPoint.value, SeriesPoint.wall_time, SeriesPoint.is_nan)
                               .where(SeriesPoint.run_id == run_id, SeriesPoint.name == name)
                               .order_by(col(SeriesPoint.step))).all()
         if len(points) > max_points:
             stride = -(-len(points) // max_points)
             points = [*points[:-1:stride], points[-1]]
         out.append(SeriesPublic(name=name, column=column_for(name), steps=[p[0] for p in points],
-                                values=[p[1] for p in points], wall_times=[p[2] for p in points]))
+                                values=[None if p[3] else json_number(p[1]) for p in points],
+                                wall_times=[p[2] for p in points]))
     return out
 
 
@@ -122,14 +144,51 @@ def series_csv(settings: Settings, *, run_id: int) -> Iterator[str]:
     after: tuple[str, int] = ("", -1)
     while True:
         with session_scope(settings) as session:
-            page = session.exec(select(SeriesPoint.name, SeriesPoint.step, SeriesPoint.value, SeriesPoint.wall_time)
+            page = session.exec(select(SeriesPoint.name, SeriesPoint.step, SeriesPoint.value, SeriesPoint.wall_time,
+                                       SeriesPoint.is_nan)
                                 .where(SeriesPoint.run_id == run_id,
                                        tuple_(col(SeriesPoint.name), col(SeriesPoint.step)) > after)
                                 .order_by(col(SeriesPoint.name), col(SeriesPoint.step)).limit(PAGE_POINTS)).all()
-        writer.writerows(page)
+        writer.writerows((name, step, "nan" if is_nan else value, wall) for name, step, value, wall, is_nan in page)
         yield buf.getvalue()
         buf.seek(0)
         buf.truncate()
         if len(page) < PAGE_POINTS:
             return
         after = (page[-1][0], page[-1][1])
+
+
+def record_live_values(session: Session, run: Run, *, points: list[dict], settings: Settings) -> None:
+    """Values a client logs as its run trains (MLflow's: ``name``, ``step``, ``value``, ``wall_time``): kept by
+    name, and the mapped ones filling the run's row at their step (a row written before at that step takes them:
+    clients log each name on its own), each row's event for the live pages; the run's best evaluation follows.
+    A value that is not finite (MLflow takes NaN) is kept in its series only (uncommitted)."""
+    record_points(session, run_id=run.id, points=points)
+    start = as_utc(run.started_at).timestamp() if run.started_at else None
+    rows = mapped_rows([(p["name"], p["step"], p["value"], p["wall_time"]) for p in points
+                        if math.isfinite(p["value"])],
+                       tokens_per_step=tokens_per_step_of(run.config), start_time=start)
+    for row in rows:
+        known = session.exec(select(Metric).where(Metric.run_id == run.id, Metric.step == row["step"])).first()
+        last_step = max(run.last_step, row["step"])
+        if known is None:
+            record_metric(session, run, row, settings=settings)
+        else:
+            had_val = known.val_loss
+            for name, value in row.items():
+                # the step's time is its first value's
+                if value is not None and (name != "elapsed_sec" or known.elapsed_sec is None):
+                    setattr(known, name, value)
+            session.add(known)
+            session.flush()
+            rebuild_blocks(session, run_id=run.id, from_step=row["step"])
+            merged = MetricPublic.model_validate(known).model_dump()
+            record_event(session, run_id=run.id, type=EventType.metric, data=merged)
+            if merged["val_loss"] is not None and merged["val_loss"] != had_val:
+                record_evaluation(session, run, merged, settings=settings)
+            row = merged
+        run.last_step, run.progress_at = last_step, utcnow()
+        if row["val_loss"] is not None and (run.best_val_loss is None or row["val_loss"] < run.best_val_loss):
+            run.best_val_loss, run.best_step = row["val_loss"], row["step"]
+    run.heartbeat_at = utcnow()
+    session.add(run)

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import update
-from sqlmodel import Session, col
+from sqlmodel import Session, col, select
 
 from ..errors import Conflict, Invalid
 from ..models import (
+    UNSTOPPABLE,
     Alert,
     EventType,
     Pool,
@@ -78,6 +79,8 @@ def check_transition(run: Run | None, status: RunStatus) -> None:
         return
     if run is not None and run.origin == RunOrigin.reported and current in REPORTED_RESUMES and status == RUN:
         return
+    if run is not None and run.origin == RunOrigin.mlflow and current == CRASH and status == RUN:
+        return  # a client that went silent (ended crashed) and logs again
     what = f"run {run.id}" if run is not None and run.id is not None else "a new run"
     raise IllegalTransition(f"{what} cannot go from {current or 'nothing'} to {status}")
 
@@ -238,6 +241,9 @@ def cancel_run(session: Session, *, run_id: int, settings: Settings) -> Run:
     run = get_run(session, run_id=run_id)
     if RunStatus(run.status).finished:
         raise Conflict(f"run {run_id} has already finished ({run.status})")
+    if run.origin in UNSTOPPABLE:
+        raise Conflict(f"run {run_id} reports through MLflow's client, which cannot be asked to stop: stop its "
+                       "script (the run ends with it)")
     if run.status == Q:  # a Slurm run's pending job is cancelled by its executor (scancel), told by the flag
         change_status(session, run, CANCEL, settings=settings, finished_at=utcnow(),
                       cancel_requested=run.slurm_job_id is not None)
@@ -293,3 +299,17 @@ def clear_stall(session: Session, run: Run, *, moved_at: datetime) -> str:
     record_event(session, run_id=run.id, type=EventType.stall, data={"stalled": False, "message": message})
     record_event(session, run_id=run.id, type=EventType.log, data={"message": message})
     return message
+
+
+def end_silent_clients(session: Session, *, settings: Settings) -> int:
+    """Runs reporting through MLflow's client that sent nothing for ``client_silent_sec`` end crashed (a script
+    killed mid-run never says it ended); how many (commits)."""
+    cutoff = utcnow() - timedelta(seconds=settings.client_silent_sec)
+    silent = session.exec(select(Run).where(Run.origin == RunOrigin.mlflow, Run.status == RUN,
+                                            col(Run.heartbeat_at) < cutoff)).all()
+    for run in silent:
+        change_status(session, run, CRASH, settings=settings, finished_at=utcnow(),
+                      error=f"its MLflow client sent nothing for {settings.client_silent_sec:g} s (the script "
+                            "stopped without ending the run); a value it logs later resumes it")
+    session.commit()
+    return len(silent)

@@ -22,6 +22,7 @@ from sqlmodel import Session, col, select
 from ..db import session_scope
 from ..models import Event, EventType, Run, utcnow
 from ..settings import Settings
+from .lifecycle import end_silent_clients
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +46,11 @@ def compact_every_sec(settings: Settings) -> float:
 
 
 async def compact_forever(settings: Settings) -> None:
-    """The app's background task: compact the outbox a few times a window."""
+    """The app's background task: compact the outbox a few times a window (and end the runs of MLflow clients
+    gone silent: app/services/lifecycle.py)."""
     def compact() -> int:
         with session_scope(settings) as session:
+            end_silent_clients(session, settings=settings)  # a tick of its own would cost a second loop
             return compact_outbox(session, written_before=utcnow() - timedelta(seconds=settings.event_window_sec))
 
     while True:

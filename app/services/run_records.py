@@ -58,11 +58,16 @@ def record_metric(session: Session, run: Run, row: dict, *, settings: Settings) 
     session.add(run)
     record_event(session, run_id=run.id, type=EventType.metric, data=row)
     if row.get("val_loss") is not None:
-        record_target(session, run, StepMetrics(**row))
-        watch = overfit_watch(session, run_id=run.id)
-        record_event(session, run_id=run.id, type=EventType.overfit, data=watch.verdict())
-        if watch.overfitting and not has_alert(session, run_id=run.id, kind=Alert.overfitting):
-            raise_alert(session, kind=Alert.overfitting, message=watch.message(), settings=settings, run=run)
+        record_evaluation(session, run, row, settings=settings)
+
+
+def record_evaluation(session: Session, run: Run, row: dict, *, settings: Settings) -> None:
+    """An evaluation row (written): its time to target, the overfitting verdict and the alert it may bring."""
+    record_target(session, run, StepMetrics(**row))
+    watch = overfit_watch(session, run_id=run.id)
+    record_event(session, run_id=run.id, type=EventType.overfit, data=watch.verdict())
+    if watch.overfitting and not has_alert(session, run_id=run.id, kind=Alert.overfitting):
+        raise_alert(session, kind=Alert.overfitting, message=watch.message(), settings=settings, run=run)
 
 
 def record_target(session: Session, run: Run, row: StepMetrics) -> None:

@@ -119,7 +119,7 @@ function setupRunPage() {
     const badge = $("run-status");
     badge.textContent = data.status;
     badge.className = `status status-${data.status}`;
-    $("cancel-btn").hidden = !["queued", "running"].includes(data.status);
+    $("cancel-btn").hidden = !run.stoppable || !["queued", "running"].includes(data.status); // run.stoppable: the server's
     if (data.stop_reason) { $("stop-banner").textContent = data.stop_reason; $("stop-banner").hidden = false; }
     if (data.status !== "running") $("stall-banner").hidden = true;
     if (data.error) { $("error").textContent = data.error; $("error").hidden = false; }

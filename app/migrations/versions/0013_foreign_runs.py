@@ -1,5 +1,5 @@
-"""foreign runs: another trainer's metrics by their own names (``metric_series``), and metrics rows that say
-what such a trainer did not log
+"""foreign runs: another trainer's metrics by their own names (``metric_series``), its client's tags
+(``runs.client_tags``), and metrics rows that say what such a trainer did not log
 
 Revision ID: 0013
 Revises: 0012
@@ -31,6 +31,7 @@ def upgrade() -> None:
     sa.Column('name', sqlmodel.sql.sqltypes.AutoString(length=250), nullable=False),
     sa.Column('step', sa.BigInteger(), nullable=False),
     sa.Column('value', sa.Float(), nullable=False),
+    sa.Column('is_nan', sa.Boolean(), nullable=False),
     sa.Column('wall_time', sa.Float(), nullable=True),
     sa.ForeignKeyConstraint(['run_id'], ['runs.id'], ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('run_id', 'name', 'step')
@@ -38,9 +39,13 @@ def upgrade() -> None:
     with op.batch_alter_table('metrics', schema=None) as batch_op:
         for name, kind in NOW_NULLABLE.items():
             batch_op.alter_column(name, existing_type=kind, nullable=True)
+    with op.batch_alter_table('runs', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('client_tags', sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table('runs', schema=None) as batch_op:
+        batch_op.drop_column('client_tags')
     with op.batch_alter_table('metrics', schema=None) as batch_op:
         for name, kind in NOW_NULLABLE.items():
             batch_op.alter_column(name, existing_type=kind, nullable=False)

@@ -1,0 +1,173 @@
+"""MLflow's tracking API, against MLflow's own client: unmodified scripts (mlflow-skinny 2.22.1 and 3.17.2, each in
+its own environment: scripts/install-mlflow-clients.sh) report to a real ``tinygpt app`` with only
+MLFLOW_TRACKING_URI and MLFLOW_TRACKING_TOKEN set; what they logged reads back exactly through the client and
+through the dashboard's own API. Errors in MLflow's shape are checked in-process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .service_helpers import ROOT, wait_for
+
+TOKEN = "mlflow-test-token-0123456789abcdef0123"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+CLIENTS = sorted((ROOT / ".venv").glob("mlflow-*/bin/python"))
+CLIENT_VERSIONS = ["2.22.1", "3.17.2"]
+
+TRAIN_SCRIPT = """
+import json, sys
+import mlflow
+
+mlflow.set_experiment("holmes-nanogpt")
+with mlflow.start_run(run_name="nanogpt-style") as run:
+    mlflow.log_params({"batch_size": 8, "block_size": 128, "max_iters": 30, "learning_rate": 6e-4})
+    for step in range(30):
+        mlflow.log_metric("train/loss", 5.0 - step / 16, step=step)
+        mlflow.log_metric("mfu", 10.0 + step / 8, step=step)
+        if step % 10 == 0:
+            mlflow.log_metric("val/loss", 5.25 - step / 16, step=step)
+    mlflow.set_tag("recipe", "series")
+    with mlflow.start_run(run_name="child", nested=True) as child:
+        mlflow.log_metric("loss", 1.5, step=3)
+client = mlflow.MlflowClient()
+history = client.get_metric_history(run.info.run_id, "train/loss")
+found = mlflow.search_runs(experiment_names=["holmes-nanogpt"], output_format="list")
+got = client.get_run(run.info.run_id)
+print(json.dumps({"run_id": run.info.run_id, "child_id": child.info.run_id,
+                  "history": [[m.step, m.value] for m in history], "found": sorted(r.info.run_id for r in found),
+                  "status": got.info.status, "params": got.data.params, "tag": got.data.tags.get("recipe"),
+                  "parent": client.get_run(child.info.run_id).data.tags.get("mlflow.parentRunId"),
+                  "version": mlflow.__version__}))
+"""
+
+KILLED_SCRIPT = """
+import os, signal
+import mlflow
+
+with mlflow.start_run(run_name="killed"):
+    mlflow.log_metric("loss", 4.0, step=0)
+    os.kill(os.getpid(), signal.SIGKILL)  # as a killed job: no end_run, no atexit
+"""
+
+
+def client_python(version: str) -> Path:
+    python = ROOT / ".venv" / f"mlflow-{version}" / "bin" / "python"
+    if not python.exists():  # `make test` installs both (scripts/install-mlflow-clients.sh)
+        pytest.skip(f"MLflow's client {version} is not installed: run scripts/install-mlflow-clients.sh")
+    return python
+
+
+def run_script(python: Path, script: str, url: str, tmp_path: Path, token: str | None = TOKEN) -> subprocess.CompletedProcess:
+    path = tmp_path / "script.py"
+    path.write_text(script)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env |= {"MLFLOW_TRACKING_URI": url, "PYTHONPATH": ""} | ({"MLFLOW_TRACKING_TOKEN": token} if token else {})
+    return subprocess.run([str(python), str(path)], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=180)
+
+
+@pytest.fixture(scope="module")
+def service(start_service):
+    return start_service("mlflow", TINYGPT_API_TOKEN=TOKEN, TINYGPT_CLIENT_SILENT_SEC="2", TINYGPT_EVENT_WINDOW_SEC="4")
+
+
+@pytest.mark.parametrize("version", CLIENT_VERSIONS)
+def test_an_unmodified_mlflow_script_reports_and_reads_back_what_it_logged(service, version, tmp_path):
+    url = service.app.url
+    done = run_script(client_python(version), TRAIN_SCRIPT, url, tmp_path)
+    assert done.returncode == 0, done.stderr
+    read = json.loads(done.stdout.strip().splitlines()[-1])
+    assert read["version"] == version
+    assert read["history"] == [[s, 5.0 - s / 16] for s in range(30)]
+    assert read["run_id"] in read["found"] and read["child_id"] in read["found"]
+    assert (read["status"], read["tag"], read["parent"]) == ("FINISHED", "series", read["run_id"])
+    assert read["params"] == {"batch_size": "8", "block_size": "128", "max_iters": "30", "learning_rate": "0.0006"}
+    with httpx.Client(base_url=url, headers=AUTH, timeout=30) as c:
+        runs = c.get("/api/runs", params={"limit": 100}).json()["items"]
+        run = next(r for r in runs if r["name"] == "nanogpt-style" and r["origin"] == "mlflow"
+                   and r["id"] == max(x["id"] for x in runs if x["name"] == "nanogpt-style"))
+        assert (run["status"], run["steps"], run["last_step"], run["best_val_loss"], run["best_step"]) == (
+            "succeeded", 30, 29, 5.25 - 20 / 16, 20)
+        assert (run["group_name"], run["stoppable"]) == ("holmes-nanogpt", False)
+        assert run["config"]["batch_size"] == "8"
+        rows = c.get(f"/api/runs/{run['id']}/metrics").json()
+        assert [r["train_loss"] for r in rows] == [5.0 - s / 16 for s in range(30)]
+        assert [(r["step"], r["val_loss"]) for r in rows if r["val_loss"] is not None] == [
+            (s, 5.25 - s / 16) for s in (0, 10, 20)]
+        assert [r["tokens_seen"] for r in rows[:3]] == [0, 1024, 2048]  # batch 8 x 128 tokens from its params
+        series = {s["name"]: s for s in c.get(f"/api/runs/{run['id']}/series").json()}
+        assert series["mfu"]["values"] == [10.0 + s / 8 for s in range(30)] and series["mfu"]["column"] is None
+        refused = c.post(f"/api/runs/{run['id']}/cancel")
+        assert refused.status_code == 409
+
+
+def test_a_killed_script_ends_crashed_and_comes_back_if_it_logs_again(service, tmp_path):
+    url = service.app.url
+    done = run_script(client_python(CLIENT_VERSIONS[-1]), KILLED_SCRIPT, url, tmp_path)
+    assert done.returncode == -9
+    with httpx.Client(base_url=url, headers=AUTH, timeout=30) as c:
+        run = next(r for r in c.get("/api/runs", params={"limit": 100}).json()["items"] if r["name"] == "killed")
+        assert run["status"] == "running" and run["stoppable"] is False
+        wait_for(lambda: c.get(f"/api/runs/{run['id']}").json()["status"] == "crashed", timeout=30,
+                 message="the silent run to end crashed")
+        ended = c.get(f"/api/runs/{run['id']}").json()
+        assert ended["error"] == ("its MLflow client sent nothing for 2 s (the script stopped without ending the "
+                                  "run); a value it logs later resumes it")
+        mlflow_id = c.post("/api/2.0/mlflow/runs/search", json={"experiment_ids": ["0"]}).json()["runs"][0]["info"]
+        assert mlflow_id["status"] == "FAILED" and mlflow_id["run_name"] == "killed"
+        logged = c.post("/api/2.0/mlflow/runs/log-metric", json={"run_id": mlflow_id["run_id"], "key": "loss",
+                                                                "value": 3.5, "timestamp": int(time.time() * 1000),
+                                                                "step": 1})
+        assert logged.status_code == 200, logged.text
+        assert c.get(f"/api/runs/{run['id']}").json()["status"] == "running"
+
+
+def test_nothing_is_written_without_the_token(service, tmp_path):
+    done = run_script(client_python(CLIENT_VERSIONS[-1]), TRAIN_SCRIPT, service.app.url, tmp_path, token=None)
+    assert done.returncode != 0 and "this dashboard needs its API token" in done.stderr
+
+
+# -- in-process: MLflow's error shapes ---------------------------------------------------------------------
+def test_errors_are_mlflows(make_app):
+    c = make_app()
+    missing = c.get("/api/2.0/mlflow/experiments/get-by-name", params={"experiment_name": "nope"})
+    assert (missing.status_code, missing.json()) == (404, {"error_code": "RESOURCE_DOES_NOT_EXIST",
+                                                          "message": "Could not find experiment with name 'nope'"})
+    assert c.post("/api/2.0/mlflow/experiments/create", json={"name": "a"}).json() == {"experiment_id": "1"}
+    again = c.post("/api/2.0/mlflow/experiments/create", json={"name": "a"})
+    assert (again.status_code, again.json()["error_code"]) == (400, "RESOURCE_ALREADY_EXISTS")
+    probe = c.get("/api/2.0/mlflow/logged-models/search")
+    assert (probe.status_code, probe.json()["error_code"]) == (404, "ENDPOINT_NOT_FOUND")
+    created = c.post("/api/2.0/mlflow/runs/create", json={"experiment_id": "1", "start_time": "1700000000000"})
+    run_id = created.json()["run"]["info"]["run_id"]
+    bad = c.post("/api/2.0/mlflow/runs/log-batch", json={"run_id": run_id, "metrics": [{"key": "x", "value": 1}]})
+    assert (bad.status_code, bad.json()) == (400, {"error_code": "INVALID_PARAMETER_VALUE",
+                                                   "message": "Invalid value for 'metrics.0.timestamp': Field required"})
+    unknown = c.post("/api/2.0/mlflow/runs/log-batch", json={"run_id": run_id, "surprise": 1})
+    assert unknown.json()["message"] == "Invalid value for 'surprise': unknown field 'surprise'"
+    c.post("/api/2.0/mlflow/runs/log-parameter", json={"run_id": run_id, "key": "lr", "value": "0.1"})
+    changed = c.post("/api/2.0/mlflow/runs/log-parameter", json={"run_id": run_id, "key": "lr", "value": "0.2"})
+    assert changed.status_code == 400 and changed.json()["message"].startswith("Changing param values is not allowed")
+    nan = c.post("/api/2.0/mlflow/runs/log-metric", json={"run_id": run_id, "key": "loss", "value": "NaN",
+                                                          "timestamp": 1700000001000, "step": 2})
+    assert nan.status_code == 200  # MLflow takes it: kept in its series, never a run column
+    history = c.get("/api/2.0/mlflow/metrics/get-history", params={"run_id": run_id, "metric_key": "loss"}).json()
+    assert [(m["step"], m["value"], m["timestamp"]) for m in history["metrics"]] == [(2, "NaN", 1700000001000)]
+    assert c.get("/api/runs/1/series").json()[0]["values"] == [None]
+    assert c.get("/api/runs/1/metrics").json() == []  # the dashboard's run 1: no row from a NaN
+    filtered = c.post("/api/2.0/mlflow/runs/search", json={"filter": "metrics.loss < 1"})
+    assert filtered.json()["error_code"] == "INVALID_PARAMETER_VALUE"  # refused, not ignored
+    gone = c.get("/api/2.0/mlflow/runs/get", params={"run_id": "0" * 32})
+    assert (gone.status_code, gone.json()["error_code"]) == (404, "RESOURCE_DOES_NOT_EXIST")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__]))
