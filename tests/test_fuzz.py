@@ -59,6 +59,13 @@ OPERATIONS = [
     "DELETE /api/sweeps/{sweep_id}", "POST /api/runs/reported", "POST /api/runs/{run_id}/report",
     "PUT /api/runs/{run_id}/checkpoint", "POST /api/runs/import", "POST /api/runs/import-foreign",
     "GET /api/runs/{run_id}/series", "GET /api/export",
+    # MLflow's tracking API (app/api/mlflow.py)
+    "GET /api/2.0/mlflow/experiments/get-by-name", "GET /api/2.0/mlflow/experiments/get",
+    "POST /api/2.0/mlflow/experiments/create", "POST /api/2.0/mlflow/experiments/search",
+    "POST /api/2.0/mlflow/runs/create", "GET /api/2.0/mlflow/runs/get", "POST /api/2.0/mlflow/runs/update",
+    "POST /api/2.0/mlflow/runs/search", "POST /api/2.0/mlflow/runs/log-batch", "POST /api/2.0/mlflow/runs/log-metric",
+    "POST /api/2.0/mlflow/runs/log-parameter", "POST /api/2.0/mlflow/runs/set-tag",
+    "GET /api/2.0/mlflow/metrics/get-history",
 ]
 
 
