@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from sqlmodel import Session, col, select
 
 from ..errors import AppError
-from ..models import Run, RunGroup, RunOrigin, RunStatus, SeriesPoint, as_utc, utcnow
+from ..models import EventType, Run, RunGroup, RunOrigin, RunStatus, SeriesPoint, as_utc, utcnow
 from ..models.mlflow import (
     MAX_RESULTS,
     CreateExperiment,
@@ -27,6 +27,7 @@ from ..models.mlflow import (
 )
 from ..models.reports import MAX_PARAMS
 from ..settings import Settings
+from .events import record_event
 from .foreign_runs import record_live_values
 from .groups import add_group
 from .lifecycle import change_status, new_run
@@ -157,6 +158,9 @@ def create_run(session: Session, *, body: CreateRun, settings: Settings) -> Run:
                   status=RunStatus.running, report_id=uuid.uuid4().hex, group_id=group.id,
                   started_at=moment(body.start_time), heartbeat_at=utcnow(), client_tags=tags,
                   worker_host=tags.get("mlflow.source.name"))
+    record_event(session, run_id=run.id, type=EventType.log, data={
+        "message": f"reported by MLflow's client, experiment {group.name!r}" + (
+            f", from {tags['mlflow.source.name']}" if tags.get("mlflow.source.name") else "")})
     session.commit()
     return run
 
