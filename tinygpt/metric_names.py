@@ -112,3 +112,16 @@ def tokens_per_step_of(params: dict) -> int | None:
     if batch is None or context is None:
         return None
     return batch * context * (number("gradient_accumulation_steps") or 1)
+
+
+def steps_of(params: dict, *, names: tuple[str, ...] = STEP_COUNT_NAMES) -> int | None:
+    """The steps a script plans, from the first of its params that counts them (None: none does).
+
+    >>> steps_of({"max_iters": "5000"}), steps_of({"lr": 0.1})
+    (5000, None)
+    """
+    for name in names:
+        value = params.get(name)
+        if isinstance(value, int | str) and not isinstance(value, bool) and str(value).isdigit():
+            return int(value)
+    return None

@@ -15,10 +15,10 @@ from sqlmodel import Session, col, select
 
 from tinygpt.metric_names import (
     COLUMN_TITLES,
-    STEP_COUNT_NAMES,
     column_for,
     mapped_rows,
     mapping_of,
+    steps_of,
     tokens_per_step_of,
 )
 
@@ -73,11 +73,8 @@ def planned_steps(body: ForeignImport, last_step: int) -> int:
     """The run's steps: as given, else a param that counts them (``max_iters``, ...), else its last step."""
     if body.steps is not None:
         return body.steps
-    for name in STEP_COUNT_NAMES:
-        value = body.params.get(name)
-        if isinstance(value, int | str) and not isinstance(value, bool) and str(value).isdigit():
-            return int(value)
-    return last_step
+    steps = steps_of(body.params)
+    return last_step if steps is None else steps
 
 
 def import_foreign(session: Session, *, body: ForeignImport, settings: Settings) -> Run:

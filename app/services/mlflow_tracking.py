@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 
 from sqlmodel import Session, col, select
 
+from tinygpt.metric_names import STEP_COUNT_NAMES, steps_of
+
 from ..errors import AppError
 from ..models import EventType, Run, RunGroup, RunOrigin, RunStatus, SeriesPoint, as_utc, utcnow
 from ..models.mlflow import (
@@ -218,13 +220,9 @@ def log_params(run: Run, params: list[ParamIn]) -> None:
 
 
 def planned_steps(config: dict) -> int:
-    from tinygpt.metric_names import STEP_COUNT_NAMES
-
-    for name in STEP_COUNT_NAMES:
-        value = config.get(name)
-        if name != "steps" and isinstance(value, str) and value.isdigit():
-            return int(value)
-    return int(config.get("steps", 0))
+    """What the pages count to: a param that counts the steps (``steps`` itself is the dashboard's, not a param)."""
+    steps = steps_of(config, names=tuple(n for n in STEP_COUNT_NAMES if n != "steps"))
+    return int(config.get("steps", 0)) if steps is None else steps
 
 
 def set_tags(run: Run, tags: list[KeyValue]) -> None:
