@@ -65,7 +65,7 @@ test test-slow test-scale test-slurm test-all coverage: export OMP_WAIT_POLICY =
 # two pytest processes, a test file each at a time (so that a file's fixtures, such as its shared app, start once)
 TWO_PROCESSES := -n 2 --dist loadfile
 
-# The default suite (under 15 minutes on 2 cores: 375 s on a fresh clone here, 645 s with the set-up):
+# The default suite (under 15 minutes on 2 cores: 296 s on a fresh clone here, 554 s with the set-up (MLflow clients included)):
 # everything but the tests marked slow or gpu, on two pytest processes.
 test: lint chromium postgresql mlflow-clients
 	$(PY) -m pytest -q $(TWO_PROCESSES) --durations=20
