@@ -101,10 +101,15 @@ def import_foreign(session: Session, *, body: ForeignImport, settings: Settings)
     return run
 
 
+def logged_names(session: Session, *, run_id: int) -> list[str]:
+    """The names the run's trainer logged, in order."""
+    return list(session.exec(select(SeriesPoint.name).where(SeriesPoint.run_id == run_id).distinct()
+                             .order_by(col(SeriesPoint.name))).all())
+
+
 def run_series(session: Session, *, run_id: int, max_points: int = SERIES_POINTS_MAX) -> list[SeriesPublic]:
     """Every series the run's trainer logged, by name, each thinned to ``max_points`` (first and last kept)."""
-    names = session.exec(select(SeriesPoint.name).where(SeriesPoint.run_id == run_id).distinct()
-                         .order_by(col(SeriesPoint.name))).all()
+    names = logged_names(session, run_id=run_id)
     out = []
     for name in names:
         points = session.exec(select(SeriesPoint.step, SeriesPoint.value, SeriesPoint.wall_time, SeriesPoint.is_nan)
@@ -122,10 +127,9 @@ def run_series(session: Session, *, run_id: int, max_points: int = SERIES_POINTS
 def series_names(session: Session, *, run_id: int) -> tuple[list[tuple[str, str]], list[str]]:
     """What the run page says of a foreign run's names: (name, the column it fills) for the mapped ones, and
     the names drawn as charts of their own."""
-    names = session.exec(select(SeriesPoint.name).where(SeriesPoint.run_id == run_id).distinct()
-                         .order_by(col(SeriesPoint.name))).all()
-    mapped = [(name, COLUMN_TITLES[column]) for name in names if (column := column_for(name)) is not None]
-    return mapped, [name for name in names if column_for(name) is None]
+    columns = {name: column_for(name) for name in logged_names(session, run_id=run_id)}
+    mapped = [(name, COLUMN_TITLES[column]) for name, column in columns.items() if column is not None]
+    return mapped, [name for name, column in columns.items() if column is None]
 
 
 SERIES_CSV_COLUMNS = ["name", "step", "value", "wall_time"]

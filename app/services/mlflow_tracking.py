@@ -10,7 +10,7 @@ import math
 import uuid
 from datetime import UTC, datetime
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, func, select
 
 from tinygpt.metric_names import STEP_COUNT_NAMES, steps_of
 
@@ -124,9 +124,11 @@ def tracked_run(session: Session, *, run_id: str) -> Run:
 
 def run_public(session: Session, run: Run) -> dict:
     """A run as MLflow's ``Run``: its info, and its data (latest metric of each name, params, tags)."""
-    points = session.exec(select(SeriesPoint).where(SeriesPoint.run_id == run.id)
-                          .order_by(col(SeriesPoint.name), col(SeriesPoint.step))).all()
-    last: dict[str, SeriesPoint] = {p.name: p for p in points}  # each name's value at its latest step
+    latest = (select(SeriesPoint.name, func.max(SeriesPoint.step).label("step"))
+              .where(SeriesPoint.run_id == run.id).group_by(col(SeriesPoint.name)).subquery())
+    last = session.exec(select(SeriesPoint).join(latest, (col(SeriesPoint.name) == latest.c.name)
+                                                 & (col(SeriesPoint.step) == latest.c.step))
+                        .where(SeriesPoint.run_id == run.id).order_by(col(SeriesPoint.name))).all()
     tags = run.client_tags or {}
     info = {"run_id": run.report_id, "run_uuid": run.report_id, "run_name": run.name,
             "experiment_id": run.group_id or DEFAULT_EXPERIMENT[0], "user_id": tags.get("mlflow.user", ""),
@@ -135,7 +137,7 @@ def run_public(session: Session, run: Run) -> dict:
             "lifecycle_stage": "active"}
     if run.finished_at is not None:
         info["end_time"] = millis(run.finished_at)
-    data = {"metrics": [metric_public(p) for p in last.values()],
+    data = {"metrics": [metric_public(p) for p in last],  # each name's value at its latest step
             "params": [{"key": k, "value": str(v)} for k, v in run.config.items() if k != "steps"],
             "tags": [{"key": k, "value": v} for k, v in tags.items()]}
     return {"info": info, "data": data}
@@ -176,10 +178,9 @@ def update_run(session: Session, *, body: UpdateRun, settings: Settings) -> Run:
         if body.status not in STATUS_OF:
             raise invalid(f"Invalid run status '{body.status}': one of {', '.join(STATUS_OF)}")
         status = STATUS_OF[body.status]
-        if status != run.status and not (status == RunStatus.running and RunStatus(run.status).finished):
-            if not RunStatus(run.status).finished:
-                change_status(session, run, status, settings=settings, finished_at=moment(body.end_time),
-                              error="its script ended it FAILED" if status == RunStatus.failed else None)
+        if status != run.status and not RunStatus(run.status).finished:  # an ended run stays as it ended
+            change_status(session, run, status, settings=settings, finished_at=moment(body.end_time),
+                          error="its script ended it FAILED" if status == RunStatus.failed else None)
     run.heartbeat_at = utcnow()
     session.add(run)
     session.commit()
