@@ -125,7 +125,7 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
 
     for router in (reports.router, foreign_runs.router, runs.router, groups.router, export.router, events.router, benchmarks.router,
                    sweeps.router, catalog.router, catalog.health_router, pages.router, sweep_pages.router, notes.router,
-                   group_pages.router, login.router, api_docs.router, mlflow.router, mlflow.unserved):
+                   group_pages.router, login.router, api_docs.router, mlflow.router, mlflow.artifacts, mlflow.unserved):
         app.include_router(router)  # reports before runs: /api/runs/reported, /api/runs/import-foreign are no run ids
     app.mount("/static", CachedStaticFiles(directory=STATIC), name="static")
     return app

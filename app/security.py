@@ -41,10 +41,11 @@ from .templating import templates
 SESSION_COOKIE = "tinygpt_session"
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 OPEN_PATHS = frozenset({"/login", "/logout", "/healthz"})  # reachable without the token (the login form posts it)
-PRIVATE_READS = re.compile(r"/api/runs/\d+/(checkpoint|export)")  # model files: never open to readers
+# model files (a run's checkpoint, its exports, an MLflow run's artifacts): never open to readers
+PRIVATE_READS = re.compile(r"/api/runs/\d+/(checkpoint|export)|/api/2\.0/mlflow-artifacts/artifacts/.+")
 LOOPBACK_NAMES = ("127.0.0.1", "localhost")
 UPLOAD_PATHS = frozenset({"/api/datasets", "/partials/datasets", "/api/runs/import"})
-CHECKPOINT_UPLOAD = re.compile(r"/api/runs/\d+/checkpoint")
+CHECKPOINT_UPLOAD = re.compile(r"/api/runs/\d+/checkpoint|/api/2\.0/mlflow-artifacts/artifacts/.+")
 MODEL_QUERIES = re.compile(r"/api/runs/\d+/(sample|neighbors)")
 
 
@@ -260,7 +261,7 @@ class BodyLimitMiddleware:
     """Cap request bodies while they arrive: a declared size over the cap gets 413 before any of it
     is read, and a body that grows past it (chunked, or lying about its size) is cut off with 413.
 
-    Uploads (``UPLOAD_PATHS``: datasets, run imports) may reach ``max_upload_mb``, checkpoint uploads
+    Uploads (``UPLOAD_PATHS``: datasets, run imports) may reach ``max_upload_mb``, checkpoint and MLflow artifact uploads
     ``max_checkpoint_mb``; other requests ``max_request_kb``.
     """
 

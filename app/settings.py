@@ -103,6 +103,8 @@ class Settings(BaseSettings):
     max_upload_mb: float = Field(default=50.0, description="largest dataset upload, in MB")
     max_checkpoint_mb: float = Field(default=500.0, description="largest checkpoint a reported or imported run "
                                      "may upload, in MB")
+    max_artifacts_mb: float = Field(default=2000.0, description="largest total of one MLflow run's artifacts, "
+                                    "in MB (each file at most max_checkpoint_mb)")
     max_request_kb: int = Field(default=1024, description="largest body of any other request, in KB")
     max_streams_per_client: int = Field(default=50, ge=1, description="event streams one client address may hold "
                                         "open at once")

@@ -25,19 +25,22 @@ from .service_helpers import AppServer, Home
 TOKEN = "access-test-token-0123456789"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 OPEN = {"/healthz", "/login", "/logout"}
-PRIVATE_FILES = {"/api/runs/{run_id}/checkpoint", "/api/runs/{run_id}/export"}
+PRIVATE_FILES = {"/api/runs/{run_id}/checkpoint", "/api/runs/{run_id}/export",
+                 "/api/2.0/mlflow-artifacts/artifacts/{path:path}"}
 MODEL_QUERIES = {"/api/runs/{run_id}/neighbors", "/api/runs/{run_id}/sample"}  # open with TINYGPT_PUBLIC_SAMPLING
 # the site's run is no Slurm run: past the guard, its Slurm job line is not found
 READ_STATUS = {"/partials/runs/{run_id}/slurm": 404,
                # MLflow's API past the guard: the site has no MLflow run; what it does not serve is MLflow's 404
                "/api/2.0/mlflow/runs/get": 404, "/api/2.0/mlflow/metrics/get-history": 404,
-               "/api/2.0/{rest:path}": 404, "/api/3.0/{rest:path}": 404}
+               "/api/2.0/{rest:path}": 404, "/api/3.0/{rest:path}": 404,
+               "/api/2.0/mlflow-artifacts/artifacts": 404, "/api/2.0/mlflow-artifacts/artifacts/{path:path}": 404}
 HOOK = "https://hooks.example.com/services/T000/B000/secret-webhook-path"  # "stalled" only: never sent here
 NOTIFY = {"events": ["stalled"], "urls": [HOOK]}
 QUERY = {"/api/compare": "ids={run},{run}", "/api/export": "ids={run}", "/api/runs/{run_id}/export": "format=gguf", "/compare": "ids={run},{run}", "/api/runs/{run_id}/neighbors": "word=%20the",
          "/new": "from={run}", "/api/2.0/mlflow/experiments/get": "experiment_id=0",
          "/api/2.0/mlflow/experiments/get-by-name": "experiment_name=Default", "/api/2.0/mlflow/runs/get": "run_id=x",
-         "/api/2.0/mlflow/metrics/get-history": "run_id=x&metric_key=loss"}
+         "/api/2.0/mlflow/metrics/get-history": "run_id=x&metric_key=loss",
+         "/api/2.0/mlflow-artifacts/artifacts": "path=0/x/artifacts"}
 SWEEP = 1  # the site's one sweep (its trials stay queued)
 SWEEP_BODY = {"method": "grid", "parameters": {"lr": {"values": [0.01]}},
               "base": {"preset": "tiny", "device": "cpu", "steps": 2, "notify": NOTIFY}}
@@ -81,7 +84,7 @@ def url_of(path: str, run: int, bench: int, victim: int | None = None, sweep: in
     run_id = bench if path in BENCHMARK_PATHS else victim or run
     query = QUERY.get(path, "").format(run=run)
     return (path.replace("{run_id}", str(run_id)).replace("{sweep_id}", str(sweep)).replace("{group_id}", GROUP)
-            + (f"?{query}" if query else ""))
+            .replace("{path:path}", "0/x/artifacts/model.pt") + (f"?{query}" if query else ""))
 
 
 def status_of(client: httpx.Client, method: str, url: str, **kwargs: object) -> int:

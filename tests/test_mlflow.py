@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .service_helpers import ROOT, wait_for
+from .service_helpers import ROOT, read_events, wait_for
 
 TOKEN = "mlflow-test-token-0123456789abcdef0123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -58,6 +58,26 @@ with mlflow.start_run(run_name="killed"):
 """
 
 
+ARTIFACT_SCRIPT = """
+import json, sys
+import mlflow
+
+mlflow.set_experiment("with-artifacts")
+with mlflow.start_run(run_name="artifacts") as run:
+    mlflow.log_metric("loss", 4.0, step=0)
+    open("notes.txt", "w").write("lr 6e-4, batch 8")
+    mlflow.log_artifact("notes.txt", artifact_path="logs/first")
+    mlflow.log_artifact(sys.argv[1])  # a checkpoint of this dashboard's trainer: best.pt
+    open("other.pt", "wb").write(b"PK not a checkpoint")
+    mlflow.log_artifact("other.pt")
+client = mlflow.MlflowClient()
+back = mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="logs/first/notes.txt")
+print(json.dumps({"run_id": run.info.run_id, "root": [[f.path, f.is_dir] for f in client.list_artifacts(run.info.run_id)],
+                  "logs": [f.path for f in client.list_artifacts(run.info.run_id, "logs/first")],
+                  "back": open(back).read()}))
+"""
+
+
 def client_python(version: str) -> Path:
     python = ROOT / ".venv" / f"mlflow-{version}" / "bin" / "python"
     if not python.exists():  # `make test` installs both (scripts/install-mlflow-clients.sh)
@@ -65,18 +85,19 @@ def client_python(version: str) -> Path:
     return python
 
 
-def run_script(python: Path, script: str, url: str, tmp_path: Path, token: str | None = TOKEN) -> subprocess.CompletedProcess:
+def run_script(python: Path, script: str, url: str, tmp_path: Path, token: str | None = TOKEN,
+               args: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     path = tmp_path / "script.py"
     path.write_text(script)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env |= {"MLFLOW_TRACKING_URI": url, "PYTHONPATH": ""} | ({"MLFLOW_TRACKING_TOKEN": token} if token else {})
-    return subprocess.run([str(python), str(path)], env=env, cwd=tmp_path, capture_output=True, text=True,
+    return subprocess.run([str(python), str(path), *args], env=env, cwd=tmp_path, capture_output=True, text=True,
                           timeout=180)
 
 
 @pytest.fixture(scope="module")
 def service(start_service):
-    return start_service("mlflow", TINYGPT_API_TOKEN=TOKEN, TINYGPT_CLIENT_SILENT_SEC="2", TINYGPT_EVENT_WINDOW_SEC="4")
+    return start_service("mlflow", TINYGPT_API_TOKEN=TOKEN, TINYGPT_MAX_CHECKPOINT_MB="2", TINYGPT_CLIENT_SILENT_SEC="2", TINYGPT_EVENT_WINDOW_SEC="4")
 
 
 @pytest.mark.parametrize("version", CLIENT_VERSIONS)
@@ -107,6 +128,48 @@ def test_an_unmodified_mlflow_script_reports_and_reads_back_what_it_logged(servi
         assert series["mfu"]["values"] == [10.0 + s / 8 for s in range(30)] and series["mfu"]["column"] is None
         refused = c.post(f"/api/runs/{run['id']}/cancel")
         assert refused.status_code == 409
+
+
+@pytest.mark.parametrize("version", CLIENT_VERSIONS)
+def test_artifacts_are_kept_with_the_run_and_a_checkpoint_of_ours_samples(service, version, tmp_path,
+                                                                          write_checkpoint):
+    checkpoint = write_checkpoint(tmp_path / "best.pt")
+    done = run_script(client_python(version), ARTIFACT_SCRIPT, service.app.url, tmp_path, args=(str(checkpoint),))
+    assert done.returncode == 0, done.stderr
+    read = json.loads(done.stdout.strip().splitlines()[-1])
+    assert read["root"] == [["best.pt", False], ["logs", True], ["other.pt", False]]
+    assert (read["logs"], read["back"]) == (["logs/first/notes.txt"], "lr 6e-4, batch 8")
+    with httpx.Client(base_url=service.app.url, headers=AUTH, timeout=30) as c:
+        runs = c.get("/api/runs", params={"limit": 100}).json()["items"]
+        run = max((r for r in runs if r["name"] == "artifacts"), key=lambda r: r["id"])
+        assert run["has_checkpoint"] is True
+        sample = c.post(f"/api/runs/{run['id']}/sample", json={"prompt": "Holmes", "max_tokens": 4, "seed": 1})
+        assert sample.status_code == 200 and "event: end" in sample.text
+        logs = log_messages(service.app.url, run["id"])  # the first: the client and experiment
+        assert logs[1:] == ["artifact best.pt is a checkpoint of ours: the run can be sampled",
+                            "artifact other.pt is kept as a file: not a checkpoint of this dashboard's "
+                            "(other.pt is not a readable checkpoint (not a PyTorch file of tensors and plain data))"]
+        prefix = f"/api/2.0/mlflow-artifacts/artifacts/{run['group_id']}/{read['run_id']}/artifacts"
+        escape = c.put(f"{prefix}/../../../../etc/passwd", content=b"x")  # the client's URL is normalised first
+        assert (escape.status_code, escape.json()["error_code"]) == (404, "ENDPOINT_NOT_FOUND")
+        where = f"{run['group_id']}/{read['run_id']}/artifacts"
+        for bad, message in (("logs/%2e%2e/%2e%2e/x", f"Invalid artifact path '{where}/logs/../../x': '..' is not "
+                                                      "allowed in a path"),
+                             ("a\\..\\b", f"Invalid artifact path '{where}/a\\..\\b': 'a\\..\\b' is not "
+                                              "allowed in a path")):
+            refused = c.put(f"{prefix}/{bad}", content=b"x")
+            assert (refused.status_code, refused.json()) == (
+                400, {"error_code": "INVALID_PARAMETER_VALUE", "message": message})
+        big = c.put(f"{prefix}/big.bin", content=b"x" * 2_000_001)
+        assert big.status_code == 413
+        assert c.get(f"{prefix}/big.bin").status_code == 404
+
+
+def log_messages(url: str, run_id: int) -> list[str]:
+    """The log messages of an ended run's whole event stream (which ends with ``end``)."""
+    events = read_events(f"{url}/api/runs/{run_id}/events", timeout=30, headers=AUTH)
+    assert events[-1]["event"] == "end"
+    return [e["data"]["message"] for e in events if e["event"] == "log"]
 
 
 def test_a_killed_script_ends_crashed_and_comes_back_if_it_logs_again(service, tmp_path):

@@ -64,17 +64,19 @@ def fetcher(settings: Settings, query: Callable[..., list[Event]], **kwargs: obj
     return fetch
 
 
-def run_ended(event: Event) -> bool:
-    return event.type == EventType.status and event.data.get("status") in FINISHED
+def run_ended(event: Event) -> bool | None:
+    """Whether the run has ended as of this event; None: the event says nothing about it (events logged after
+    the last status, such as an MLflow artifact's log line, keep the stream's verdict)."""
+    return event.data.get("status") in FINISHED if event.type == EventType.status else None
 
 
-def sweep_ended(event: Event) -> bool:
-    return event.type == EventType.sweep and event.data.get("status") in SWEEP_ENDED
+def sweep_ended(event: Event) -> bool | None:
+    return event.data.get("status") in SWEEP_ENDED if event.type == EventType.sweep else None
 
 
 async def stream(
     request: Request, fetch: Callable[[int], list[Event]], keep: Callable[[Event], bool], last_id: int,
-    ends: Callable[[Event], bool] | None, gap: Callable[[int], int | None] | None = None,
+    ends: Callable[[Event], bool | None] | None, gap: Callable[[int], int | None] | None = None,
 ) -> AsyncIterator[dict]:
     """Events after ``last_id``: from the database to catch up, then from the hub's memory; an
     ``end`` event after the one that ``ends`` recognises (a stream without ``ends`` never ends).
@@ -103,7 +105,8 @@ async def stream(
             finished = False
             for event in events:
                 yield as_sse(event)
-                finished = ends is not None and ends(event)
+                verdict = ends(event) if ends is not None else None
+                finished = finished if verdict is None else verdict
             if full_page:  # more waiting in the database: read on from the last one sent
                 cursor = events[-1].id
             else:  # every matching event up to `seen` has been sent

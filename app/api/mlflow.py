@@ -6,12 +6,16 @@ on where it can). Token-guarded like every other route."""
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, ValidationError
 
+from ..db import session_scope
 from ..deps import SessionDep, SettingsDep
 from ..models.mlflow import (
     CreateExperiment,
@@ -24,10 +28,13 @@ from ..models.mlflow import (
     SetTag,
     UpdateRun,
 )
+from ..services import mlflow_artifacts
 from ..services import mlflow_tracking as svc
 from ..services.mlflow_tracking import MlflowError
+from ..settings import Settings
 
 router = APIRouter(prefix="/api/2.0/mlflow", tags=["MLflow tracking"])
+artifacts = APIRouter(prefix="/api/2.0/mlflow-artifacts", tags=["MLflow tracking"])
 unserved = APIRouter(tags=["MLflow tracking"])
 Body = TypeVar("Body", bound=BaseModel)
 
@@ -137,6 +144,52 @@ def get_metric_history(session: SessionDep, metric_key: Annotated[str, Query(min
     return {"metrics": metrics, **({"next_page_token": token} if token else {})}
 
 
+@router.post("/logged-models/search")
+def search_logged_models() -> dict:
+    """No logged models are kept here (a run's model files are its artifacts): MLflow 3's client asks while it
+    lists a run's artifacts, and an empty answer lets it list them."""
+    return {"models": []}
+
+
+@artifacts.get("/artifacts")
+def list_artifacts(session: SessionDep, path: Annotated[str, Query(min_length=1, max_length=2000)]) -> dict:
+    """The files directly in ``path`` (``<experiment>/<run>/artifacts[/<folder>]``), names relative to it."""
+    return {"files": mlflow_artifacts.list_artifacts(session, path=path)}
+
+
+@artifacts.get("/artifacts/{path:path}")
+def download_artifact(path: str, session: SessionDep) -> FileResponse:
+    return FileResponse(mlflow_artifacts.download_file(session, path=path), media_type="application/octet-stream")
+
+
+@artifacts.put("/artifacts/{path:path}", openapi_extra={"requestBody": {"required": True, "content": {
+    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
+async def upload_artifact(path: str, request: Request, settings: SettingsDep) -> dict:
+    """One file, streamed into the run's artifacts folder (at most ``TINYGPT_MAX_CHECKPOINT_MB``, the run's
+    artifacts at most ``TINYGPT_MAX_ARTIFACTS_MB``); a checkpoint of ours becomes the run's checkpoint."""
+    target = await run_in_threadpool(upload_target, path, settings)
+    upload = target.with_name(f".upload-{uuid.uuid4().hex}.tmp")
+    try:
+        with open(upload, "wb") as f:
+            async for chunk in request.stream():
+                f.write(chunk)
+        await run_in_threadpool(keep_upload, path, upload, settings)
+    finally:
+        upload.unlink(missing_ok=True)
+    return {}
+
+
+def upload_target(path: str, settings: Settings) -> Path:
+    """A short-lived session: an upload must not hold a database connection while it streams."""
+    with session_scope(settings) as session:
+        return mlflow_artifacts.upload_target(session, path=path, settings=settings)
+
+
+def keep_upload(path: str, upload: Path, settings: Settings) -> None:
+    with session_scope(settings) as session:
+        mlflow_artifacts.keep_upload(session, path=path, upload=upload, settings=settings)
+
+
 @unserved.api_route("/api/2.0/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
                     include_in_schema=False)
 @unserved.api_route("/api/3.0/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
@@ -147,4 +200,4 @@ def not_served(rest: str, request: Request) -> Any:
                       "dashboard's MLflow tracking API", status_code=404)
 
 
-__all__ = ["MlflowError", "error_response", "router", "unserved"]
+__all__ = ["MlflowError", "artifacts", "error_response", "router", "unserved"]
