@@ -207,8 +207,11 @@ def test_errors_are_mlflows(make_app):
     assert c.post("/api/2.0/mlflow/experiments/create", json={"name": "a"}).json() == {"experiment_id": "1"}
     again = c.post("/api/2.0/mlflow/experiments/create", json={"name": "a"})
     assert (again.status_code, again.json()["error_code"]) == (400, "RESOURCE_ALREADY_EXISTS")
-    probe = c.get("/api/2.0/mlflow/logged-models/search")
-    assert (probe.status_code, probe.json()["error_code"]) == (404, "ENDPOINT_NOT_FOUND")
+    probe = c.post("/api/2.0/mlflow/traces", json={})
+    assert (probe.status_code, probe.json()) == (404, {
+        "error_code": "ENDPOINT_NOT_FOUND",
+        "message": "POST /api/2.0/mlflow/traces is not served by this dashboard's MLflow tracking API"})
+    assert c.post("/api/2.0/mlflow/logged-models/search", json={}).json() == {"models": []}  # none are logged here
     created = c.post("/api/2.0/mlflow/runs/create", json={"experiment_id": "1", "start_time": "1700000000000"})
     run_id = created.json()["run"]["info"]["run_id"]
     bad = c.post("/api/2.0/mlflow/runs/log-batch", json={"run_id": run_id, "metrics": [{"key": "x", "value": 1}]})
