@@ -166,8 +166,11 @@ def test_artifacts_are_kept_with_the_run_and_a_checkpoint_of_ours_samples(servic
 
 
 def log_messages(url: str, run_id: int) -> list[str]:
-    """The log messages of an ended run's whole event stream (which ends with ``end``)."""
-    events = read_events(f"{url}/api/runs/{run_id}/events", timeout=30, headers=AUTH)
+    """The log messages of an ended run's event stream (which ends with ``end``), read as a page reads it: the
+    metrics history first, then the stream after it (metric events older than the outbox's window are gone)."""
+    history = httpx.get(f"{url}/api/runs/{run_id}/metrics", params={"format": "columns"}, headers=AUTH, timeout=30)
+    events = read_events(f"{url}/api/runs/{run_id}/events?history={history.json()['last_event_id']}", timeout=30,
+                         headers=AUTH)
     assert events[-1]["event"] == "end"
     return [e["data"]["message"] for e in events if e["event"] == "log"]
 
