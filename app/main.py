@@ -22,7 +22,19 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from tinygpt import __version__
 
 from . import api_docs
-from .api import benchmarks, catalog, events, export, foreign_runs, groups, mlflow, reports, runs, sweeps
+from .api import (
+    benchmarks,
+    catalog,
+    events,
+    export,
+    foreign_runs,
+    groups,
+    mlflow,
+    reports,
+    runs,
+    sweeps,
+    wandb,
+)
 from .db import init_db, session_scope
 from .errors import AppError, Invalid, NotFound
 from .failed_auth import FailedAuth
@@ -125,7 +137,8 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
 
     for router in (reports.router, foreign_runs.router, runs.router, groups.router, export.router, events.router, benchmarks.router,
                    sweeps.router, catalog.router, catalog.health_router, pages.router, sweep_pages.router, notes.router,
-                   group_pages.router, login.router, api_docs.router, mlflow.router, mlflow.artifacts, mlflow.unserved):
+                   group_pages.router, login.router, api_docs.router, mlflow.router, mlflow.artifacts, mlflow.unserved,
+                   wandb.router):
         app.include_router(router)  # reports before runs: /api/runs/reported, /api/runs/import-foreign are no run ids
     app.mount("/static", CachedStaticFiles(directory=STATIC), name="static")
     return app

@@ -205,6 +205,12 @@ def build_parser(extra: Sequence[ExtraCommand] = ()) -> argparse.ArgumentParser:
                    "asked without the token: it is sent only to an address you give)")
     add_token_argument(p)
 
+    p = sub.add_parser("wandb-path", help="the folder whose `wandb` module reports a W&B-style script here",
+                       description="Print the folder to put first on a W&B-style script's path: its `wandb` "
+                       "reports wandb.init/log/config/summary/finish to the dashboard, with environment changes "
+                       "only: PYTHONPATH=$(tinygpt wandb-path) WANDB_BASE_URL=http://dashboard:8000 "
+                       "WANDB_API_KEY=$TOKEN python train.py")
+
     p = sub.add_parser("import", help="bring finished run folders, metrics CSV files, TensorBoard folders or "
                        "speedrun logs (nanoGPT, llm.c, modded-nanogpt) into a dashboard")
     p.add_argument("paths", type=Path, nargs="+", metavar="RUN_DIR_CSV_TENSORBOARD_OR_LOG")
@@ -418,6 +424,13 @@ def cmd_sync(args: argparse.Namespace, paths: Paths) -> int:
     return 0
 
 
+def cmd_wandb_path(args: argparse.Namespace, paths: Paths) -> int:
+    from . import wandb_dropin
+
+    print(Path(wandb_dropin.__file__).parent)
+    return 0
+
+
 def cmd_import(args: argparse.Namespace, paths: Paths) -> int:
     from .dashboard_client import DashboardClient
     from .run_import import foreign_payload, import_payload, is_foreign
@@ -520,6 +533,7 @@ COMMANDS = {
     "sync": cmd_sync,
     "import": cmd_import,
     "export": cmd_export,
+    "wandb-path": cmd_wandb_path,
 }
 
 

@@ -125,3 +125,16 @@ def steps_of(params: dict, *, names: tuple[str, ...] = STEP_COUNT_NAMES) -> int 
         if isinstance(value, int | str) and not isinstance(value, bool) and str(value).isdigit():
             return int(value)
     return None
+
+
+def row_step(values: dict[str, float], default: int) -> int:
+    """The step of a row of values logged together (a ``wandb.log`` dict): a value named as a step (nanoGPT logs
+    ``iter``) says it; otherwise ``default`` (W&B's own count of log calls, or the call's ``step=``).
+
+    >>> row_step({"iter": 250.0, "train/loss": 4.1}, 5), row_step({"loss": 4.1}, 5)
+    (250, 5)
+    """
+    for name, value in values.items():
+        if name.strip().lower() in STEP_NAMES and float(value).is_integer() and value >= 0:
+            return int(value)
+    return default

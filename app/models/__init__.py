@@ -47,6 +47,7 @@ from .reports import (
 from .runs import (
     FINISHED,
     MODEL_SHAPERS,
+    TRACKING_CLIENTS,
     TRAINING_OPTIONS,
     UNSTOPPABLE,
     ModelSizeQuery,
@@ -92,6 +93,7 @@ from .sweeps import (
 from .workers import WorkerRecord
 
 __all__ = [
+    "TRACKING_CLIENTS",
     "UNSTOPPABLE",
     "RunGroup",
     "RunGroupPublic",

@@ -54,6 +54,7 @@ class RunOrigin(enum.StrEnum):
     dashboard = "dashboard"  # queued here, trained by a worker
     reported = "reported"  # trained elsewhere by `tinygpt train --report-to`, streamed here as it trains
     mlflow = "mlflow"  # another trainer's script, reporting through MLflow's client (app/api/mlflow.py)
+    wandb = "wandb"  # a W&B-style script, through the drop-in `wandb` module the dashboard ships (app/api/wandb.py)
     imported = "imported"  # a finished run folder or metrics CSV, brought in by `tinygpt import`
     # another trainer's run, by what it left (tinygpt/foreign_logs.py, brought in by `tinygpt import`)
     tensorboard = "tensorboard"  # its TensorBoard event files (SummaryWriter, tensorboardX)
@@ -62,6 +63,9 @@ class RunOrigin(enum.StrEnum):
 
 #: Runs whose trainer cannot be asked to stop: MLflow's protocol carries nothing back to its client.
 UNSTOPPABLE = frozenset({RunOrigin.mlflow})
+#: Scripts reporting through a tracking client's calls (no heartbeat of their own but their calls): ended crashed
+#: after ``client_silent_sec`` without one, back to running when they call again. Each with what it is called.
+TRACKING_CLIENTS = {RunOrigin.mlflow: "MLflow client", RunOrigin.wandb: "W&B-style drop-in"}
 
 
 class Pool(enum.StrEnum):
@@ -439,6 +443,8 @@ class RunPublic(SQLModel):
     stoppable: bool = Field(default=True, description="whether a cancel reaches its trainer (false: a client, such "
                             "as MLflow's, that cannot be asked to stop)")
     host: str | None  # the machine it trains (trained) on: its worker's, or the reporting trainer's
+    client_tags: dict[str, str] = Field(default_factory=dict, description="what its tracking client tagged it with: "
+                                        "MLflow's tags, a W&B-style script's program and summary.<key> values")
     target_val_loss: float | None = Field(description="the validation loss whose first reaching is timed")
     time_to_target: TimeToTarget | None = Field(description="when it first reached target_val_loss (null: not yet)")
     val_bytes_per_token: float | None = Field(description="its validation text's bytes per token")
@@ -453,6 +459,7 @@ class RunPublic(SQLModel):
         data["config"] = shown_config(run.config)
         data["worker"] = {"name": run.worker, "host": run.worker_host} if run.worker else None
         data["host"] = run.worker_host
+        data["client_tags"] = run.client_tags or {}
         # progress: training steps, or for a benchmark the number of cells (known once it starts)
         data["steps"] = int(run.config.get("cells" if run.kind == RunKind.benchmark else "steps", 0))
         data["has_checkpoint"] = bool(run.checkpoint_path)

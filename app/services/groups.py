@@ -66,6 +66,18 @@ def add_group(session: Session, *, group_id: str, name: str) -> RunGroup:
     return group
 
 
+def named_group(session: Session, *, name: str) -> RunGroup:
+    """The oldest group called ``name``, or a new one numbered after the numbered ones (the ids MLflow's clients
+    know experiments by), for a client that names its group (a W&B project); uncommitted."""
+    group = session.exec(select(RunGroup).where(RunGroup.name == name).order_by(col(RunGroup.created_at))).first()
+    return group or add_group(session, group_id=next_group_number(session), name=name)
+
+
+def next_group_number(session: Session) -> str:
+    numbered = [int(i) for i in session.exec(select(RunGroup.id)).all() if i.isdigit()]
+    return str(max(numbered, default=0) + 1)
+
+
 def record_submission(session: Session, *, group_id: str, base: str, new: list[Run]) -> RunGroup:
     """A submission's group: named from its runs when it is new; when ``new`` joins a group whose name is still
     the one it was given ("Run 2 more seeds"), the name follows ("seeds 1337-1339" becomes "seeds 1337-1341")."""

@@ -24,6 +24,7 @@ from sqlmodel import Session, col, select
 
 from ..errors import Conflict, Invalid
 from ..models import (
+    TRACKING_CLIENTS,
     UNSTOPPABLE,
     Alert,
     EventType,
@@ -79,7 +80,7 @@ def check_transition(run: Run | None, status: RunStatus) -> None:
         return
     if run is not None and run.origin == RunOrigin.reported and current in REPORTED_RESUMES and status == RUN:
         return
-    if run is not None and run.origin == RunOrigin.mlflow and current == CRASH and status == RUN:
+    if run is not None and run.origin in TRACKING_CLIENTS and current == CRASH and status == RUN:
         return  # a client that went silent (ended crashed) and logs again
     what = f"run {run.id}" if run is not None and run.id is not None else "a new run"
     raise IllegalTransition(f"{what} cannot go from {current or 'nothing'} to {status}")
@@ -302,14 +303,15 @@ def clear_stall(session: Session, run: Run, *, moved_at: datetime) -> str:
 
 
 def end_silent_clients(session: Session, *, settings: Settings) -> int:
-    """Runs reporting through MLflow's client that sent nothing for ``client_silent_sec`` end crashed (a script
-    killed mid-run never says it ended); how many (commits)."""
+    """Runs reporting through a tracking client (``TRACKING_CLIENTS``) that sent nothing for ``client_silent_sec``
+    end crashed (a script killed mid-run never says it ended); how many (commits)."""
     cutoff = utcnow() - timedelta(seconds=settings.client_silent_sec)
-    silent = session.exec(select(Run).where(Run.origin == RunOrigin.mlflow, Run.status == RUN,
+    silent = session.exec(select(Run).where(col(Run.origin).in_(list(TRACKING_CLIENTS)), Run.status == RUN,
                                             col(Run.heartbeat_at) < cutoff)).all()
     for run in silent:
         change_status(session, run, CRASH, settings=settings, finished_at=utcnow(),
-                      error=f"its MLflow client sent nothing for {settings.client_silent_sec:g} s (the script "
+                      error=f"its {TRACKING_CLIENTS[RunOrigin(run.origin)]} sent nothing for "
+                            f"{settings.client_silent_sec:g} s (the script "
                             "stopped without ending the run); a value it logs later resumes it")
     session.commit()
     return len(silent)

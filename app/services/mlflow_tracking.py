@@ -31,7 +31,7 @@ from ..models.reports import MAX_PARAMS
 from ..settings import Settings
 from .events import record_event
 from .foreign_runs import record_live_values
-from .groups import add_group
+from .groups import add_group, next_group_number
 from .lifecycle import change_status, new_run
 
 DEFAULT_EXPERIMENT = ("0", "Default")
@@ -101,8 +101,7 @@ def experiment(session: Session, *, experiment_id: str) -> RunGroup:
 def create_experiment(session: Session, *, body: CreateExperiment) -> str:
     if body.name == DEFAULT_EXPERIMENT[1] or session.exec(select(RunGroup).where(RunGroup.name == body.name)).first():
         raise MlflowError("RESOURCE_ALREADY_EXISTS", f"Experiment '{body.name}' already exists.")
-    numbered = [int(i) for i in session.exec(select(RunGroup.id)).all() if i.isdigit()]
-    group = add_group(session, group_id=str(max(numbered, default=0) + 1), name=body.name)
+    group = add_group(session, group_id=next_group_number(session), name=body.name)
     session.commit()
     return group.id
 
