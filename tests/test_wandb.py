@@ -83,7 +83,7 @@ def the_run(c: httpx.Client, name: str) -> dict:
     return next(r for r in c.get("/api/runs", params={"limit": 100}).json()["items"] if r["name"] == name)
 
 
-def test_a_nanogpt_script_reports_live_with_environment_changes_only(service, tmp_path):
+def test_a_nanogpt_script_reports_live_with_environment_changes_only(service, tmp_path, browser):
     url = service.app.url
     gate = tmp_path / "go-on"
     script = run_script(NANOGPT_SCRIPT, url, tmp_path, "nanogpt-wandb", str(gate), wait=False)
@@ -93,7 +93,25 @@ def test_a_nanogpt_script_reports_live_with_environment_changes_only(service, tm
                  message="the script's first rows, live")
         live = the_run(c, "nanogpt-wandb")
         assert (live["status"], live["origin"], live["stoppable"]) == ("running", "wandb", True)
+        page = open_page(browser, extra_http_headers=AUTH)
+        page.goto(f"{url}/runs/{live['id']}")
+        assert page.inner_text("#origin-desc") == (
+            f"wandb a W&B-style script (train.py) on {live['host']}, reporting through the dashboard's drop-in wandb")
+        assert page.is_visible("#cancel-btn")  # its drop-in reads the answer: a cancel reaches the script
+        page.wait_for_function("window.runState.rows.length === 3")
         gate.write_text("")
+        page.wait_for_function("window.runState.rows.length === 5", timeout=30_000)  # the rest, live
+        assert page.evaluate("window.runState.charts.loss.data.slice(0, 3)") == [
+            [0, 10, 20, 30, 40], [5.0 - s / 20 for s in (0, 10, 20, 30, 40)], [5.25 - s / 20 for s in (0, 10, 20, 30, 40)]]
+        page.reload()
+        assert page.inner_text("#series-mapping").splitlines() == [
+            "iter -> step", "lr -> learning rate", "train/loss -> training loss", "val/loss -> validation loss"]
+        page.wait_for_function("window.runState.seriesCharts && window.runState.seriesCharts.length === 1")
+        assert page.evaluate("window.runState.seriesCharts[0].data") == [
+            [0, 10, 20, 30, 40], [10.0 + s / 8 for s in (0, 10, 20, 30, 40)]]
+        shot(page, "run-wandb-nanogpt")
+        page.context.close()
+        assert page.js_errors == [], page.js_errors
         out, err = script.communicate(timeout=60)
         assert script.returncode == 0, err
         assert out.strip() == "0.0.0+tinygpt"  # the drop-in answered `import wandb`, not W&B's package

@@ -53,6 +53,19 @@ def column_for(name: str) -> str | None:
     return _COLUMN_OF.get(key)
 
 
+def title_for(name: str) -> str | None:
+    """What a logged name fills on a run page: its column's title, ``step`` for a name that only says the step
+    (drawn as no chart of its own, still kept and exported); None: a series of its own.
+
+    >>> title_for("val/loss"), title_for("iter"), title_for("mfu")
+    ('validation loss', 'step', None)
+    """
+    column = column_for(name)
+    if column is not None:
+        return COLUMN_TITLES[column]
+    return "step" if name.strip().lower() in STEP_NAMES else None
+
+
 def mapped_value(name: str, value: float) -> float:
     """``value`` in its column's unit (train_time in ms -> seconds)."""
     scale = SCALED_NAMES.get(name.strip().lower())

@@ -14,11 +14,11 @@ from sqlalchemy import text, tuple_
 from sqlmodel import Session, col, select
 
 from tinygpt.metric_names import (
-    COLUMN_TITLES,
     column_for,
     mapped_rows,
     mapping_of,
     steps_of,
+    title_for,
     tokens_per_step_of,
 )
 
@@ -126,10 +126,10 @@ def run_series(session: Session, *, run_id: int, max_points: int = SERIES_POINTS
 
 def series_names(session: Session, *, run_id: int) -> tuple[list[tuple[str, str]], list[str]]:
     """What the run page says of a foreign run's names: (name, the column it fills) for the mapped ones, and
-    the names drawn as charts of their own."""
-    columns = {name: column_for(name) for name in logged_names(session, run_id=run_id)}
-    mapped = [(name, COLUMN_TITLES[column]) for name, column in columns.items() if column is not None]
-    return mapped, [name for name, column in columns.items() if column is None]
+    the names drawn as charts of their own (a name that only says the step, nanoGPT's ``iter``, is neither)."""
+    titles = {name: title_for(name) for name in logged_names(session, run_id=run_id)}
+    mapped = [(name, title) for name, title in titles.items() if title is not None]
+    return mapped, [name for name, title in titles.items() if title is None]
 
 
 SERIES_CSV_COLUMNS = ["name", "step", "value", "wall_time"]
