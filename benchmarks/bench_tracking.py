@@ -11,6 +11,7 @@ same machine (loopback).
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
@@ -22,8 +23,10 @@ from pathlib import Path
 
 import httpx
 
+from tinygpt.device import cpu_summary
+
 from .bench_report import arrivals
-from .common import ROOT, holmes_path
+from .common import ROOT, holmes_path, machine
 
 sys.path.insert(0, str(ROOT))
 from tests.service_helpers import AppServer, Home, wait_for  # noqa: E402
@@ -106,7 +109,8 @@ def run() -> dict:
         home.path.mkdir()
         app = AppServer(home)
         try:
-            return {"mlflow_version": MLFLOW_VERSION,
+            return {"mlflow_version": MLFLOW_VERSION, "machine": machine(), "cpu": cpu_summary(),
+                    "date": datetime.date.today().isoformat(),
                     **{kind: latency(kind, app, Path(tmp)) for kind in ("mlflow", "wandb")}}
         finally:
             app.stop()

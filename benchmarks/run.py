@@ -353,7 +353,8 @@ def tracking_section(tr: dict) -> list[str]:
                                                              ", `log_metric(step=)`"),
                                                             ("wandb", "W&B-style drop-in, `wandb.log`"))]
     return [
-        "## Other trainers' scripts, live (`benchmarks/bench_tracking.py`)",
+        "## Other trainers' scripts, live (`benchmarks/bench_tracking.py`)"
+        + (f" on {tr['machine']} ({tr['date']})" if tr.get("machine") else ""),
         "",
         "A script logs one value every 50 ms for 200 steps against a dashboard on this machine; from the moment its",
         "call began to the value's arrival on the run's event stream (what the run page reads), per step:",
