@@ -39,7 +39,7 @@ def pages_of(runs: list[int], queued: list[dict], sweep: int, bench: int) -> lis
     ids = ",".join(map(str, runs))
     return ["/", f"/runs/{runs[0]}", f"/runs/{queued[0]['id']}", f"/compare?ids={ids}&group_by=group",
             f"/compare?ids={ids}", "/compare", "/new", "/sweeps", f"/sweeps/{sweep}", "/benchmarks",
-            f"/benchmarks/{bench}", "/no-such-page", "/runs/999999"]
+            f"/benchmarks/{bench}", "/import", "/no-such-page", "/runs/999999"]
 
 
 def test_no_page_of_ours_has_an_accessibility_violation(site, browser):

@@ -8,6 +8,8 @@ from fastapi import APIRouter, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.datastructures import UploadFile as StarletteUpload
 
 from tinygpt.options import GROUPS, Option, unknown_name_message
 from tinygpt.presets import ARCHS, PRESETS, list_presets, model_config
@@ -31,7 +33,7 @@ from ..models import (
 from ..redaction import shown_config
 from ..security import may_query_model
 from ..services import benchmarks as bench_svc
-from ..services import compare, foreign_runs, groups, lifecycle, model_export
+from ..services import compare, foreign_runs, foreign_upload, groups, lifecycle, model_export
 from ..services import datasets as ds_svc
 from ..services import metric_history as history
 from ..services import runs as svc
@@ -225,6 +227,37 @@ async def upload_from_form(request: Request, session: SessionDep, settings: Sett
     except AppError as exc:
         return render(request, "_error.html", exc.status_code, status=exc.status_code, message=exc.message)
     return render(request, "_uploaded.html", ds=ds)
+
+
+@router.get("/import", response_class=HTMLResponse)
+def import_page(request: Request, settings: SettingsDep) -> HTMLResponse:
+    return render(request, "import.html", nav="import", max_upload_mb=f"{settings.max_upload_mb:g}")
+
+
+def form_number(form: FormData, field: str, kind: type[int] | type[float]) -> int | float | None:
+    """An optional number field of a form: empty for none, else the number (422 naming it otherwise)."""
+    value = form.get(field)
+    if value in (None, ""):
+        return None
+    try:
+        return kind(str(value))
+    except ValueError:
+        raise Invalid(f"{field} must be {'a whole' if kind is int else 'a'} number, got {value!r}", field=field) from None
+
+
+@router.post("/partials/import", response_class=HTMLResponse)
+async def import_from_form(request: Request, session: SessionDep, settings: SettingsDep) -> HTMLResponse:
+    form = await request.form(max_files=foreign_upload.MAX_FILES)
+    files = [(f.filename or "upload", f) for f in form.getlist("files") if isinstance(f, StarletteUpload) and f.filename]
+    try:
+        run = await foreign_upload.import_files(
+            session, files=files, settings=settings, name=str(form.get("name", "")).strip() or None,
+            config=str(form.get("config", "")), device=str(form.get("device", "")).strip() or None,
+            tokens_per_step=form_number(form, "tokens_per_step", int),
+            target_val_loss=form_number(form, "target_val_loss", float))
+    except AppError as exc:
+        return render(request, "_error.html", exc.status_code, status=exc.status_code, message=exc.message)
+    return render(request, "_imported.html", run=run)
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
