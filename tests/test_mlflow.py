@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from .browser import open_page, shot
 from .service_helpers import ROOT, read_events, wait_for
 
 TOKEN = "mlflow-test-token-0123456789abcdef0123"
@@ -101,7 +102,7 @@ def service(start_service):
 
 
 @pytest.mark.parametrize("version", CLIENT_VERSIONS)
-def test_an_unmodified_mlflow_script_reports_and_reads_back_what_it_logged(service, version, tmp_path):
+def test_an_unmodified_mlflow_script_reports_and_reads_back_what_it_logged(service, version, tmp_path, browser):
     url = service.app.url
     done = run_script(client_python(version), TRAIN_SCRIPT, url, tmp_path)
     assert done.returncode == 0, done.stderr
@@ -128,6 +129,20 @@ def test_an_unmodified_mlflow_script_reports_and_reads_back_what_it_logged(servi
         assert series["mfu"]["values"] == [10.0 + s / 8 for s in range(30)] and series["mfu"]["column"] is None
         refused = c.post(f"/api/runs/{run['id']}/cancel")
         assert refused.status_code == 409
+    page = open_page(browser, extra_http_headers=AUTH)  # its curves on the run page
+    page.goto(f"{url}/runs/{run['id']}")
+    assert page.inner_text("#origin-desc") == (
+        f"mlflow another trainer's script ({run['host']}), reporting through MLflow's client")
+    page.wait_for_function("window.runState.rows.length === 30 && window.runState.seriesCharts?.length === 1")
+    assert page.evaluate("window.runState.charts.loss.data.slice(0, 3)") == [
+        list(range(30)), [5.0 - s / 16 for s in range(30)], [5.25 - s / 16 if s in (0, 10, 20) else None for s in range(30)]]
+    assert page.evaluate("window.runState.seriesCharts[0].data") == [list(range(30)), [10.0 + s / 8 for s in range(30)]]
+    assert page.inner_text("#series-mapping").splitlines() == [
+        "train/loss -> training loss", "val/loss -> validation loss"]
+    assert page.is_hidden("#cancel-btn")
+    shot(page, f"run-mlflow-{version}")
+    page.context.close()
+    assert page.js_errors == [], page.js_errors
 
 
 @pytest.mark.parametrize("version", CLIENT_VERSIONS)
