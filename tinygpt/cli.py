@@ -5,6 +5,7 @@
     tinygpt train --preset tiny --steps 200 --out runs/tiny
     tinygpt sample runs/tiny/best.pt --prompt Holmes --max-tokens 100
     tinygpt neighbors runs/tiny/best.pt " Holmes"
+    tinygpt inspect runs/tiny/best.pt --text "Holmes said"
     tinygpt data holmes --out holmes.txt
     tinygpt bench --preset holmes --device cpu --batch-sizes 8,16,32 --threads 1,2
     tinygpt train --preset holmes --out runs/h200 --report-to http://dashboard:8000 --token TOKEN
@@ -242,6 +243,13 @@ def build_parser(extra: Sequence[ExtraCommand] = ()) -> argparse.ArgumentParser:
     p.add_argument("checkpoint", type=Path)
     p.add_argument("word", help='a single token, e.g. " Holmes" (with its leading space)')
     p.add_argument("-k", type=positive_int, default=10)
+
+    p = sub.add_parser("inspect", help="inside a checkpoint: a passage's loss per token and each head's role scores "
+                       "(previous token, induction, first token, entropy)")
+    p.add_argument("checkpoint", type=Path)
+    p.add_argument("--text", default="", help="a passage (at most the model's context in tokens); default: the "
+                   "head scores alone, on the induction probe")
+    p.add_argument("--device", default="cpu")
 
     p = sub.add_parser("export", help="a checkpoint for other tools: transformers, llama.cpp (GGUF), safetensors")
     p.add_argument("source", type=Path, help="a checkpoint (best.pt) or a run folder (its best.pt)")
@@ -483,6 +491,30 @@ def cmd_neighbors(args: argparse.Namespace, paths: Paths) -> int:
     return 0
 
 
+def cmd_inspect(args: argparse.Namespace, paths: Paths) -> int:
+    import torch
+
+    from .checkpoint import load_model
+    from .device import resolve_device
+    from .inside import bits, head_scores, look_inside, score_table
+
+    model, tokenizer, _ = load_model(args.checkpoint, resolve_device(args.device))
+    if args.text:
+        ids = tokenizer.encode(args.text)
+        if not 2 <= len(ids) <= model.config.context:
+            raise SystemExit(f"tinygpt inspect: --text is {len(ids)} tokens; a passage is 2 to "
+                             f"{model.config.context} (the model's context)")
+        seen = look_inside(model, torch.tensor(ids))
+        n_bytes = len(tokenizer.decode_bytes(ids[1:]))
+        print(f"{len(ids)} tokens, mean loss {seen.mean_loss:.4f} nats ({bits(seen.mean_loss):.4f} bits) per "
+              f"predicted token, {bits(float(seen.token_loss.sum())) / n_bytes:.4f} bits per byte")
+        worst = seen.token_loss.topk(min(5, len(ids) - 1))
+        print("most surprising: " + ", ".join(f"{tokenizer.decode([ids[i + 1]])!r} {float(v):.2f}"
+                                              for v, i in zip(worst.values, worst.indices, strict=True)))
+    print("\n".join(score_table(head_scores(model, vocab_size=tokenizer.vocab_size))))
+    return 0
+
+
 def cmd_export(args: argparse.Namespace, paths: Paths) -> int:
     out = export_formats.export(args.source, args.out, format=args.format, dtype=args.dtype, quant=args.quant)
     print(f"wrote {out}")
@@ -528,6 +560,7 @@ COMMANDS = {
     "train": cmd_train,
     "sample": cmd_sample,
     "neighbors": cmd_neighbors,
+    "inspect": cmd_inspect,
     "data": cmd_data,
     "bench": cmd_bench,
     "sync": cmd_sync,

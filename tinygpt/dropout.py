@@ -81,8 +81,18 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_
     """
     if dropout_p == 0.0 or not cheap_masks_apply(q):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+    return dropout(causal_probs(q, k), dropout_p, training=True) @ v  # (B, heads, T, head_dim)
+
+
+def causal_probs(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Causal attention's probabilities, each query over the keys up to itself: q, k (B, heads, T, head_dim) ->
+    (B, heads, T, T), rows summing to 1, zero above the diagonal (what ``tinygpt.inside`` shows).
+
+    >>> q, k = torch.randn(2, 1, 2, 3, 4).unbind(0)
+    >>> p = causal_probs(q, k); bool(p.sum(-1).allclose(torch.ones(1, 2, 3))), float(p.triu(1).abs().sum())
+    (True, 0.0)
+    """
     T = q.shape[-2]
     scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # (B, heads, T, T); scaling q is the smaller pass
     future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)  # (T, T): keys after the query
-    probs = scores.masked_fill(future, float("-inf")).softmax(dim=-1)  # (B, heads, T, T)
-    return dropout(probs, dropout_p, training=True) @ v  # (B, heads, T, head_dim)
+    return scores.masked_fill(future, float("-inf")).softmax(dim=-1)  # (B, heads, T, T)

@@ -130,8 +130,10 @@ class CausalSelfAttention(nn.Module):
         self.proj.residual_out = True
         self.dropout = config.attention_dropout
 
-    def forward(self, x: torch.Tensor, rope: Rope | None, cache: KVCache | None = None, start_pos: int = 0) -> torch.Tensor:
-        B, T, C = x.shape
+    def heads(self, x: torch.Tensor, rope: Rope | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values per head, as attention sees them (QK-norm and RoPE applied):
+        x (B, T, C) -> q, k, v (B, heads, T, head_dim) each."""
+        B, T, _ = x.shape
         h, hd = self.config.n_heads, self.config.head_dim
         qkv = self.qkv(x).view(B, T, 3, h, hd).transpose(1, 3)  # (B, heads, 3, T, head_dim)
         qk, v = qkv[:, :, :2], qkv[:, :, 2]  # (B, heads, 2, T, head_dim), (B, heads, T, head_dim)
@@ -140,7 +142,11 @@ class CausalSelfAttention(nn.Module):
         if rope is not None:
             cos, sin = rope
             qk = apply_rope(qk, cos, sin)  # one call rotates queries and keys
-        q, k = qk[:, :, 0], qk[:, :, 1]  # (B, heads, T, head_dim) each
+        return qk[:, :, 0], qk[:, :, 1], v
+
+    def forward(self, x: torch.Tensor, rope: Rope | None, cache: KVCache | None = None, start_pos: int = 0) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.heads(x, rope)  # (B, heads, T, head_dim) each
         if cache is not None:
             k, v = cache.update(self.layer, k, v, start_pos)  # (B, heads, start+T, head_dim)
         if cache is None or start_pos == 0:
