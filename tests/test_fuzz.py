@@ -70,7 +70,7 @@ OPERATIONS = [
     "PUT /api/2.0/mlflow-artifacts/artifacts/{path}",
     # the W&B-style drop-in's calls (app/api/wandb.py) and the import page's upload
     "POST /api/wandb/runs", "POST /api/wandb/runs/{run_id}/log", "POST /api/wandb/runs/{run_id}/finish",
-    "POST /api/runs/import-files",
+    "POST /api/runs/import-files", "GET /api/runs/{run_id}/inside",
 ]
 
 

@@ -138,3 +138,49 @@ def test_tinygpt_inspect_prints_the_passage_and_every_heads_scores(write_checkpo
                              capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert refused.returncode == 1
     assert refused.stderr.strip().startswith("tinygpt inspect: --text is ")
+
+
+# -- the API: GET /api/runs/{id}/inside ---------------------------------------------------------------------
+def test_the_api_answers_the_librarys_numbers(make_app, imported_run, write_checkpoint, tmp_path):
+    import base64
+
+    from tinygpt.checkpoint import load_model
+
+    checkpoint = write_checkpoint(tmp_path / "best.pt")
+    client = make_app()
+    run_id = imported_run(client, checkpoint)
+    text = "Holmes said to Watson"
+    response = client.get(f"/api/runs/{run_id}/inside", params={"text": text, "layer": 0, "head": 1})
+    assert response.status_code == 200, response.text
+    got = response.json()
+    model, tokenizer, _ = load_model(checkpoint)
+    ids = tokenizer.encode(text)
+    seen = look_inside(model, torch.tensor(ids))
+    assert [t["id"] for t in got["tokens"]] == ids
+    assert "".join(t["text"] for t in got["tokens"]) == text
+    assert got["mean_loss"] == pytest.approx(seen.mean_loss, abs=1e-6)
+    assert got["token_loss"] == pytest.approx(seen.token_loss.tolist(), abs=1e-6)
+    shape = [model.config.n_layers, model.config.n_heads, len(ids), len(ids)]
+    assert got["attention_shape"] == shape
+    grid = torch.frombuffer(bytearray(base64.b64decode(got["attention_u8"])), dtype=torch.uint8).view(*shape)
+    assert torch.equal(grid, (seen.attention * 255).round().to(torch.uint8))
+    assert torch.allclose(torch.tensor(got["attention"]), seen.attention[0, 1], atol=1e-6)
+    assert got["lens"]["rows"][-1] == f"after block {model.config.n_layers - 1}"
+    assert got["lens"]["top"][-1] == [tokenizer.token_bytes(i).decode("utf-8", errors="replace")
+                                      for i in seen.logits.argmax(-1).tolist()]
+    assert [t["id"] for t in got["top"][0]] == seen.top_ids[0].tolist()
+    assert set(got["head_scores"]) == {"previous_token", "induction", "first_token", "entropy"}
+
+
+@pytest.mark.parametrize("params, field, message", [
+    ({"text": "x"}, "text", "text is 1 tokens; a passage is 2 to 16 (the model's context)"),
+    ({"text": "Holmes said", "layer": 0}, "head", "layer and head come together (one head's full attention)"),
+    ({"text": "Holmes said", "layer": 9, "head": 0}, "layer", "the model has layers 0-0 and heads 0-1"),
+])
+def test_bad_inside_requests_name_the_field(make_app, imported_run, write_checkpoint, tmp_path, params, field,
+                                            message):
+    client = make_app()
+    run_id = imported_run(client, write_checkpoint(tmp_path / "best.pt"))
+    response = client.get(f"/api/runs/{run_id}/inside", params=params)
+    assert (response.status_code, response.json()["detail"][0]["loc"][-1], response.json()["detail"][0]["msg"]) == (
+        422, field, message)
