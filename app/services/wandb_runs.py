@@ -29,9 +29,7 @@ def create_run(session: Session, *, body: WandbRunCreate, settings: Settings) ->
     for its silence, refused if it ended otherwise), and whether it is new; commits."""
     known = session.exec(select(Run).where(Run.report_id == body.client_id, Run.origin == RunOrigin.wandb)).first()
     if known is not None:
-        if known.status == RunStatus.crashed:
-            change_status(session, known, RunStatus.running, settings=settings, finished_at=None, error=None)
-        elif known.status != RunStatus.running:
+        if not resumed(session, known, settings=settings) and known.status != RunStatus.running:
             raise Conflict(f"run {known.id} ({body.client_id}) has already finished ({known.status}): start a new "
                            "run (another id)")
         known.heartbeat_at = utcnow()
@@ -51,6 +49,14 @@ def create_run(session: Session, *, body: WandbRunCreate, settings: Settings) ->
     return run, True
 
 
+def resumed(session: Session, run: Run, *, settings: Settings) -> bool:
+    """A run that ended crashed for its silence runs again (its script was only slow); whether it did."""
+    if run.status != RunStatus.crashed:
+        return False
+    change_status(session, run, RunStatus.running, settings=settings, finished_at=None, error=None)
+    return True
+
+
 def wandb_run(session: Session, *, run_id: int) -> Run:
     run = session.get(Run, run_id)
     if run is None or run.origin != RunOrigin.wandb:
@@ -61,9 +67,7 @@ def wandb_run(session: Session, *, run_id: int) -> Run:
 def log(session: Session, *, run_id: int, body: WandbLog, settings: Settings) -> Run:
     """Rows, config and summary changes; a run that ended crashed for its silence runs again. Commits."""
     run = wandb_run(session, run_id=run_id)
-    if run.status == RunStatus.crashed:  # ended for its silence: it was only slow
-        change_status(session, run, RunStatus.running, settings=settings, finished_at=None, error=None)
-    elif RunStatus(run.status).finished and (body.rows or body.config or body.summary):
+    if not resumed(session, run, settings=settings) and RunStatus(run.status).finished and (body.rows or body.config or body.summary):
         raise Conflict(f"run {run_id} has already finished ({run.status}): call wandb.init again to log more")
     if body.config:
         config = {**run.config, **body.config}

@@ -208,32 +208,6 @@ async def create_from_form(request: Request, session: SessionDep, settings: Sett
     return Response(status_code=200, headers={"HX-Redirect": app_url(request, target)})
 
 
-def form_target(value: object) -> float | None:
-    """The upload form's target field: empty for none, else a number (422 naming it otherwise)."""
-    if value in (None, ""):
-        return None
-    try:
-        return float(str(value))
-    except ValueError:
-        raise Invalid(f"target_val_loss must be a number, got {value!r}", field="target_val_loss") from None
-
-
-@router.post("/partials/datasets", response_class=HTMLResponse)
-async def upload_from_form(request: Request, session: SessionDep, settings: SettingsDep, file: UploadFile) -> HTMLResponse:
-    form = await request.form()
-    try:
-        ds = await ds_svc.upload_dataset(session, name=str(form.get("name", "")), source=file, settings=settings,
-                                         target_val_loss=form_target(form.get("target_val_loss")))
-    except AppError as exc:
-        return render(request, "_error.html", exc.status_code, status=exc.status_code, message=exc.message)
-    return render(request, "_uploaded.html", ds=ds)
-
-
-@router.get("/import", response_class=HTMLResponse)
-def import_page(request: Request, settings: SettingsDep) -> HTMLResponse:
-    return render(request, "import.html", nav="import", max_upload_mb=f"{settings.max_upload_mb:g}")
-
-
 def form_number(form: FormData, field: str, kind: type[int] | type[float]) -> int | float | None:
     """An optional number field of a form: empty for none, else the number (422 naming it otherwise)."""
     value = form.get(field)
@@ -243,6 +217,22 @@ def form_number(form: FormData, field: str, kind: type[int] | type[float]) -> in
         return kind(str(value))
     except ValueError:
         raise Invalid(f"{field} must be {'a whole' if kind is int else 'a'} number, got {value!r}", field=field) from None
+
+
+@router.post("/partials/datasets", response_class=HTMLResponse)
+async def upload_from_form(request: Request, session: SessionDep, settings: SettingsDep, file: UploadFile) -> HTMLResponse:
+    form = await request.form()
+    try:
+        ds = await ds_svc.upload_dataset(session, name=str(form.get("name", "")), source=file, settings=settings,
+                                         target_val_loss=form_number(form, "target_val_loss", float))
+    except AppError as exc:
+        return render(request, "_error.html", exc.status_code, status=exc.status_code, message=exc.message)
+    return render(request, "_uploaded.html", ds=ds)
+
+
+@router.get("/import", response_class=HTMLResponse)
+def import_page(request: Request, settings: SettingsDep) -> HTMLResponse:
+    return render(request, "import.html", nav="import", max_upload_mb=f"{settings.max_upload_mb:g}")
 
 
 @router.post("/partials/import", response_class=HTMLResponse)
