@@ -29,6 +29,7 @@ from .api import (
     export,
     foreign_runs,
     groups,
+    inside,
     mlflow,
     reports,
     runs,
@@ -135,7 +136,7 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
             return await app_error(request, NotFound(f"there is no page {path}"))
         return await http_exception_handler(request, exc)
 
-    for router in (reports.router, foreign_runs.router, runs.router, groups.router, export.router, events.router, benchmarks.router,
+    for router in (reports.router, foreign_runs.router, runs.router, inside.router, groups.router, export.router, events.router, benchmarks.router,
                    sweeps.router, catalog.router, catalog.health_router, pages.router, sweep_pages.router, notes.router,
                    group_pages.router, login.router, api_docs.router, mlflow.router, mlflow.artifacts, mlflow.unserved,
                    wandb.router):

@@ -46,7 +46,7 @@ PRIVATE_READS = re.compile(r"/api/runs/\d+/(checkpoint|export)|/api/2\.0/mlflow-
 LOOPBACK_NAMES = ("127.0.0.1", "localhost")
 UPLOAD_PATHS = frozenset({"/api/datasets", "/partials/datasets", "/api/runs/import"})
 CHECKPOINT_UPLOAD = re.compile(r"/api/runs/\d+/checkpoint|/api/2\.0/mlflow-artifacts/artifacts/.+")
-MODEL_QUERIES = re.compile(r"/api/runs/\d+/(sample|neighbors|inside)")
+MODEL_QUERIES = re.compile(r"/api/runs/\d+/(sample|neighbors|inside(/checkpoints|/diff|/embeddings)?)")
 
 
 class Unauthorized(AppError):

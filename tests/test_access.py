@@ -27,7 +27,9 @@ BEARER = {"Authorization": f"Bearer {TOKEN}"}
 OPEN = {"/healthz", "/login", "/logout"}
 PRIVATE_FILES = {"/api/runs/{run_id}/checkpoint", "/api/runs/{run_id}/export",
                  "/api/2.0/mlflow-artifacts/artifacts/{path:path}"}
-MODEL_QUERIES = {"/api/runs/{run_id}/neighbors", "/api/runs/{run_id}/sample", "/api/runs/{run_id}/inside"}  # open with TINYGPT_PUBLIC_SAMPLING
+MODEL_QUERIES = {"/api/runs/{run_id}/neighbors", "/api/runs/{run_id}/sample", "/api/runs/{run_id}/inside",
+                 "/api/runs/{run_id}/inside/checkpoints", "/api/runs/{run_id}/inside/diff",
+                 "/api/runs/{run_id}/inside/embeddings"}  # open with TINYGPT_PUBLIC_SAMPLING
 # the site's run is no Slurm run: past the guard, its Slurm job line is not found
 READ_STATUS = {"/partials/runs/{run_id}/slurm": 404,
                # MLflow's API past the guard: the site has no MLflow run; what it does not serve is MLflow's 404
@@ -37,6 +39,7 @@ READ_STATUS = {"/partials/runs/{run_id}/slurm": 404,
 HOOK = "https://hooks.example.com/services/T000/B000/secret-webhook-path"  # "stalled" only: never sent here
 NOTIFY = {"events": ["stalled"], "urls": [HOOK]}
 QUERY = {"/api/compare": "ids={run},{run}", "/api/export": "ids={run}", "/api/runs/{run_id}/export": "format=gguf", "/compare": "ids={run},{run}", "/api/runs/{run_id}/neighbors": "word=%20the", "/api/runs/{run_id}/inside": "text=the%20end",
+         "/api/runs/{run_id}/inside/diff": "text=the%20end&other={run}",
          "/new": "from={run}", "/api/2.0/mlflow/experiments/get": "experiment_id=0",
          "/api/2.0/mlflow/experiments/get-by-name": "experiment_name=Default", "/api/2.0/mlflow/runs/get": "run_id=x",
          "/api/2.0/mlflow/metrics/get-history": "run_id=x&metric_key=loss",

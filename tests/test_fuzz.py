@@ -70,7 +70,10 @@ OPERATIONS = [
     "PUT /api/2.0/mlflow-artifacts/artifacts/{path}",
     # the W&B-style drop-in's calls (app/api/wandb.py) and the import page's upload
     "POST /api/wandb/runs", "POST /api/wandb/runs/{run_id}/log", "POST /api/wandb/runs/{run_id}/finish",
-    "POST /api/runs/import-files", "GET /api/runs/{run_id}/inside",
+    "POST /api/runs/import-files",
+    # the Inside view (app/api/inside.py)
+    "GET /api/runs/{run_id}/inside", "GET /api/runs/{run_id}/inside/checkpoints", "GET /api/runs/{run_id}/inside/diff",
+    "GET /api/runs/{run_id}/inside/embeddings", "GET /api/runs/{run_id}/head-scores",
 ]
 
 

@@ -184,3 +184,184 @@ def test_bad_inside_requests_name_the_field(make_app, imported_run, write_checkp
     response = client.get(f"/api/runs/{run_id}/inside", params=params)
     assert (response.status_code, response.json()["detail"][0]["loc"][-1], response.json()["detail"][0]["msg"]) == (
         422, field, message)
+
+
+# -- over training: the scores at every evaluation, kept checkpoints ------------------------------------------
+class Recorder:
+    """Callbacks keeping what the trainer reports of the heads and the checkpoints."""
+
+    def __init__(self) -> None:
+        from tinygpt.records import Callbacks
+
+        self.scores: dict[int, dict] = {}
+        self.checkpoints: list[str] = []
+        self.callbacks = type("Kept", (Callbacks,), {
+            "on_head_scores": lambda _self, step, scores: self.scores.__setitem__(step, scores),
+            "on_checkpoint": lambda _self, path, kind: self.checkpoints.append(kind)})()
+
+
+def test_training_records_every_heads_scores_at_each_evaluation_and_keeps_checkpoints(tiny_config, cache_dir,
+                                                                                     tmp_path):
+    from tinygpt.checkpoint import load_model
+    from tinygpt.records import HEAD_SCORES, HEAD_SCORES_FILE, read_head_scores
+    from tinygpt.train import Trainer
+
+    recorder = Recorder()
+    config = tiny_config(steps=20, eval_every=5, keep_every=10, sample_tokens=0)
+    Trainer(config, tmp_path, callbacks=recorder.callbacks, cache_dir=cache_dir).run()
+    assert sorted(recorder.scores) == [0, 5, 10, 15, 20]
+    assert set(recorder.scores[20]) == set(HEAD_SCORES)
+    layers, heads = 4, 4  # the tiny preset
+    assert [len(r) for r in recorder.scores[20]["induction"]] == [heads] * layers
+    assert read_head_scores(tmp_path / HEAD_SCORES_FILE) == recorder.scores
+    assert [k for k in recorder.checkpoints if k.startswith("step-")] == ["step-10", "step-20"]
+    model, _, _ = load_model(tmp_path / "step-20.pt")  # the model as it was at step 20: its scores again
+    again = head_scores(model)
+    assert torch.allclose(again["induction"], torch.tensor(recorder.scores[20]["induction"]), atol=1e-6)
+    assert torch.load(tmp_path / "step-10.pt", weights_only=True)["optimizer"] is None  # weights only
+
+
+def test_head_scores_off_records_none(tiny_config, cache_dir, tmp_path):
+    from tinygpt.records import HEAD_SCORES_FILE
+    from tinygpt.train import Trainer
+
+    recorder = Recorder()
+    Trainer(tiny_config(steps=5, eval_every=5, sample_tokens=0, head_scores=False), tmp_path,
+            callbacks=recorder.callbacks, cache_dir=cache_dir).run()
+    assert recorder.scores == {} and not (tmp_path / HEAD_SCORES_FILE).exists()
+
+
+def reported_with_scores(client, steps: list[int]) -> int:  # noqa: ANN001
+    """A reported run whose trainer sent rows and head scores (a 2 x 2 model) at ``steps``; its id."""
+    import os
+
+    created = client.post("/api/runs/reported", json={"report_id": os.urandom(8).hex(), "name": "heads",
+                                                      "config": {"preset": "tiny", "steps": max(*steps, 1)}})
+    assert created.status_code == 201, created.text
+    run_id = created.json()["id"]
+    items = []
+    for step in steps:
+        row = {"step": step, "train_loss": 5.0, "val_loss": 5.0 - step / 100, "lr": 1e-3, "tokens_per_sec": 1.0,
+               "elapsed_sec": float(step), "tokens_seen": step * 64, "epochs": 0.0, "peak_mem_mib": 0.0}
+        items += [{"kind": "metric", "data": row},
+                  {"kind": "head_scores", "data": {"step": step, "scores": {
+                      "induction": [[0.05, step / 100], [0.1, 0.2]], "previous_token": [[0.5, 0.5], [0.5, 0.5]]}}}]
+    batch = {"items": [{"seq": i + 1, **item} for i, item in enumerate(items)]}
+    assert client.post(f"/api/runs/{run_id}/report", json=batch).status_code == 200
+    return run_id
+
+
+def test_reported_head_scores_read_back_by_evaluation_and_in_compare(make_app):
+    client = make_app()
+    run_id = reported_with_scores(client, [0, 50, 100])
+    other = reported_with_scores(client, [0, 50])
+    got = client.get(f"/api/runs/{run_id}/head-scores").json()
+    assert got == {"steps": [0, 50, 100], "layers": 2, "heads": 2, "val_loss": [5.0, 4.5, 4.0], "scores": {
+        "previous_token": [[[0.5, 0.5], [0.5, 0.5]]] * 3,
+        "induction": [[[0.05, 0.0], [0.1, 0.2]], [[0.05, 0.5], [0.1, 0.2]], [[0.05, 1.0], [0.1, 0.2]]]}}
+    compared = client.get("/api/compare", params={"ids": f"{run_id},{other}"}).json()["runs"]
+    assert [(r["induction_score"], r["induction_formed_step"]) for r in compared] == [(1.0, 50), (0.5, 50)]
+    assert client.get("/api/runs/999/head-scores").json() == {"steps": [], "layers": 0, "heads": 0, "scores": {},
+                                                               "val_loss": []}
+    page = client.get(f"/runs/{run_id}").text
+    assert "heads/induction" not in page  # drawn by the Inside view, not listed as the trainer's own series
+
+
+def test_a_report_of_unknown_or_unbounded_scores_is_refused(make_app):
+    client = make_app()
+    run_id = reported_with_scores(client, [0])
+    for scores, message in [({"attention": [[0.1]]}, "Input should be 'previous_token', 'induction', 'first_token' "
+                                                      "or 'entropy'"),
+                            ({"induction": [[0.1] * 4097]}, "Value error, induction: at most 4096 heads")]:
+        batch = {"items": [{"seq": 3, "kind": "head_scores", "data": {"step": 1, "scores": scores}}]}
+        response = client.post(f"/api/runs/{run_id}/report", json=batch)
+        assert response.status_code == 422 and message in response.text, response.text
+
+
+# -- the API's other views: checkpoints, validation passages, two models, the embeddings -----------------------
+def test_a_dashboard_runs_checkpoints_and_validation_passages(make_app, trained, slice_path):
+    """A run trained by the dashboard's worker stands in as a run folder under the app's runs folder, recorded
+    as the worker records it."""
+    import shutil
+
+    from app.db import session_scope
+    from app.models import Run
+    from tinygpt.checkpoint import load_model
+    from tinygpt.data import passage, validation_tokens
+
+    folder = trained("series", keep_every=2)
+    client = make_app()
+    created = client.post("/api/runs", json={"name": "kept", "preset": "tiny", "steps": 4, "vocab_size": 512})
+    run_id = created.json()[0]["id"]
+    settings = client.app.state.settings
+    out = settings.runs_dir / f"run-{run_id}"
+    shutil.copytree(folder, out)
+    with session_scope(settings) as s:
+        run = s.get(Run, run_id)
+        run.out_dir, run.checkpoint_path, run.best_step = str(out), str(out / "best.pt"), 4
+        s.add(run)
+    choices = client.get(f"/api/runs/{run_id}/inside/checkpoints").json()
+    model, tokenizer, _ = load_model(out / "best.pt")
+    val = validation_tokens(slice_path, tokenizer, model.config.context, None)
+    assert choices == {"checkpoints": [{"name": "best", "step": 4}, {"name": "step-2", "step": 2},
+                                       {"name": "step-4", "step": 4}, {"name": "last", "step": None}],
+                       "passages": len(val) // model.config.context, "context": model.config.context,
+                       "layers": model.config.n_layers, "heads": model.config.n_heads}
+    got = client.get(f"/api/runs/{run_id}/inside", params={"passage": 3, "checkpoint": "step-2"}).json()
+    assert [t["id"] for t in got["tokens"]] == passage(val, model.config.context, 3).tolist()
+    early, _, _ = load_model(out / "step-2.pt")
+    assert got["mean_loss"] == pytest.approx(look_inside(early, passage(val, model.config.context, 3)).mean_loss,
+                                             abs=1e-6)
+    diff = client.get(f"/api/runs/{run_id}/inside/diff", params={"passage": 3, "checkpoint": "step-2",
+                                                                 "other": run_id, "other_checkpoint": "step-4"}).json()
+    later = look_inside(load_model(out / "step-4.pt")[0], passage(val, model.config.context, 3)).token_loss
+    assert diff["other_loss"] == pytest.approx(later.tolist(), abs=1e-6)
+    assert diff["mean_difference"] == pytest.approx(float(later.mean()) - got["mean_loss"], abs=1e-6)
+    assert diff["mean_difference"] < 0  # two more steps of training predict this passage better
+    for params, status, field, message in [
+        ({"passage": 10**6}, 422, "passage", f"passage 1000000 is not there: the split has passages 0 to "
+                                             f"{choices['passages'] - 1}"),
+        ({"text": "Holmes", "passage": 1}, 422, "text", "give either text or passage (a window of the run's "
+                                                        "validation split)"),
+        ({"text": "Holmes said", "checkpoint": "step-3"}, 404, None, f"run {run_id} keeps no checkpoint step-3"),
+        ({"text": "Holmes said", "checkpoint": "../best"}, 422, "checkpoint", "checkpoint is best, last or step-N "
+                                                                              "(a kept one: GET .../inside/checkpoints)"),
+    ]:
+        response = client.get(f"/api/runs/{run_id}/inside", params=params)
+        detail = response.json()["detail"]
+        assert response.status_code == status, response.text
+        assert (detail[0]["loc"][-1], detail[0]["msg"]) == (field, message) if field else detail == message
+
+
+def test_an_imported_run_has_no_validation_passages_and_two_tokenizers_do_not_compare(
+        make_app, imported_run, write_checkpoint, tmp_path, small_tokenizer):
+    from tinygpt.tokenizer import Tokenizer
+
+    client = make_app()
+    run_id = imported_run(client, write_checkpoint(tmp_path / "best.pt"))
+    other_tokenizer = Tokenizer.train("Holmes and Watson walked to Baker Street. " * 50, 300).to_dict()
+    other = imported_run(client, write_checkpoint(tmp_path / "other.pt", tokenizer=other_tokenizer, vocab_size=300))
+    assert client.get(f"/api/runs/{run_id}/inside/checkpoints").json()["passages"] == 0
+    refused = client.get(f"/api/runs/{run_id}/inside", params={"passage": 0}).json()["detail"][0]
+    assert (refused["loc"][-1], refused["msg"]) == ("passage", "this run's corpus is not on this machine: type a "
+                                                               "passage instead")
+    diff = client.get(f"/api/runs/{run_id}/inside/diff", params={"text": "Holmes said", "other": other}).json()
+    assert diff["detail"][0]["msg"] == "the two models have different tokenizers: their per-token losses do not line up"
+
+
+def test_the_embedding_map_is_the_embeddings_principal_components(make_app, imported_run, write_checkpoint, tmp_path):
+    from tinygpt.checkpoint import load_model
+
+    checkpoint = write_checkpoint(tmp_path / "best.pt")
+    client = make_app()
+    run_id = imported_run(client, checkpoint)
+    got = client.get(f"/api/runs/{run_id}/inside/embeddings").json()
+    model, tokenizer, _ = load_model(checkpoint)
+    weights = model.tok_emb.weight.detach()
+    centred = weights - weights.mean(0)
+    xy = torch.tensor([got["x"], got["y"]]).T  # (V, 2)
+    assert len(got["tokens"]) == tokenizer.vocab_size and got["tokens"][ord("H")] == "H"
+    # the components are orthogonal directions of most variance: the points' variance is the top eigenvalues'
+    top = torch.linalg.eigvalsh(centred.T @ centred).flip(0)[:2]
+    assert (xy**2).sum(0).tolist() == pytest.approx(top.tolist(), rel=1e-3)
+    assert got["variance_share"][0] >= got["variance_share"][1] > 0

@@ -43,6 +43,29 @@ class Splits:
         return cls(tokens[: len(tokens) - n_val].long(), tokens[len(tokens) - n_val :].long())
 
 
+def validation_tokens(corpus: str | Path, tokenizer: Tokenizer, context: int, cache_dir: Path | None) -> torch.Tensor:
+    """The validation split (N_val,) of a corpus file as a run trained on it splits it (read and encoded as
+    training does, from the same cache)."""
+    from .corpus import read_corpus
+
+    return Splits.from_tokens(encode_corpus(read_corpus(corpus), tokenizer, cache_dir), context).val
+
+
+def passage(tokens: torch.Tensor, context: int, index: int) -> torch.Tensor:
+    """The ``index``-th window of ``context`` tokens of a split, back to back: (context,).
+
+    >>> passage(torch.arange(10), 4, 1).tolist(), passage_count(torch.arange(10), 4)
+    ([4, 5, 6, 7], 2)
+    """
+    if not 0 <= index < passage_count(tokens, context):
+        raise ValueError(f"passage {index} is not there: the split has passages 0 to {passage_count(tokens, context) - 1}")
+    return tokens[index * context:(index + 1) * context]
+
+
+def passage_count(tokens: torch.Tensor, context: int) -> int:
+    return len(tokens) // context
+
+
 def get_batch(
     tokens: torch.Tensor, batch_size: int, context: int, generator: torch.Generator, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from .dropout import causal_probs
 from .model import GPT, CausalSelfAttention
+from .records import HEAD_SCORES
 
 TOP_K = 5
 PROBE_SEED = 1234  # the induction probe's random tokens: the same at every evaluation of every run
@@ -160,9 +161,6 @@ def induction_probe(vocab_size: int, half: int, batch: int = 4) -> torch.Tensor:
     return torch.cat([first, first], dim=1)
 
 
-HEAD_SCORES = ("previous_token", "induction", "first_token", "entropy")
-
-
 @torch.no_grad()
 def head_scores(model: GPT, vocab_size: int | None = None, half: int | None = None) -> dict[str, torch.Tensor]:
     """Each head's role scores on the induction probe -> {score: (L, H)}: cheap, one forward pass of a small
@@ -176,10 +174,27 @@ def head_scores(model: GPT, vocab_size: int | None = None, half: int | None = No
     finally:
         model.train(was_training)
     attention = attention.cpu()
-    return {"previous_token": previous_token_score(attention).mean(0),
-            "induction": induction_score(attention, half).mean(0),
-            "first_token": first_token_score(attention).mean(0),
-            "entropy": entropy_score(attention).mean(0)}
+    scores = (previous_token_score(attention), induction_score(attention, half), first_token_score(attention),
+              entropy_score(attention))  # each (B, L, H)
+    return {name: score.mean(0) for name, score in zip(HEAD_SCORES, scores, strict=True)}
+
+
+@torch.no_grad()
+def embedding_pca(model: GPT) -> tuple[torch.Tensor, list[float]]:
+    """The token embeddings (V, C) on their first two principal components -> (V, 2), and the share of the
+    variance each explains.
+
+    >>> from tinygpt.presets import model_config
+    >>> torch.manual_seed(0); model = GPT(model_config("tiny", vocab_size=64, context=32))  # doctest: +ELLIPSIS
+    <...>
+    >>> xy, shares = embedding_pca(model); tuple(xy.shape), shares[0] >= shares[1]
+    ((64, 2), True)
+    """
+    weights = model.tok_emb.weight.float().cpu()
+    centred = weights - weights.mean(0)  # (V, C)
+    _, singular, v = torch.linalg.svd(centred, full_matrices=False)  # v: (C, C), rows the components
+    total = float((singular**2).sum()) or 1.0
+    return centred @ v[:2].T, [float(s**2) / total for s in singular[:2]]
 
 
 def score_table(scores: dict[str, torch.Tensor]) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
@@ -43,6 +44,63 @@ class Sample:
     text: str
 
 
+#: The heads' role scores a run records at each evaluation (``tinygpt.inside.head_scores``), in this order.
+HEAD_SCORES = ("previous_token", "induction", "first_token", "entropy")
+HEAD_SCORE_PREFIX = "heads/"
+#: A head's induction score from which it counts as an induction head (random-token probe: 1/(t+1) by chance).
+INDUCTION_FORMED = 0.5
+
+
+def head_score_name(score: str, layer: int, head: int) -> str:
+    """The series a head's score is recorded under.
+
+    >>> head_score_name("induction", 1, 3), parse_head_score_name("heads/induction/L1H3")
+    ('heads/induction/L1H3', ('induction', 1, 3))
+    >>> parse_head_score_name("val/loss") is None
+    True
+    """
+    return f"{HEAD_SCORE_PREFIX}{score}/L{layer}H{head}"
+
+
+def parse_head_score_name(name: str) -> tuple[str, int, int] | None:
+    """(score, layer, head) of a head-score series name; None for any other name."""
+    if not name.startswith(HEAD_SCORE_PREFIX):
+        return None
+    score, _, where = name[len(HEAD_SCORE_PREFIX):].partition("/")
+    layer, _, head = where.removeprefix("L").partition("H")
+    if score not in HEAD_SCORES or not (layer.isdigit() and head.isdigit()):
+        return None
+    return score, int(layer), int(head)
+
+
+def head_score_points(step: int, scores: dict[str, list[list[float]]]) -> list[dict]:
+    """One evaluation's scores ({score: layers x heads}) as series points (``name``, ``step``, ``value``)."""
+    return [{"name": head_score_name(score, layer, head), "step": step, "value": float(value)}
+            for score, rows in scores.items() for layer, row in enumerate(rows) for head, value in enumerate(row)]
+
+
+HEAD_SCORES_FILE = "head_scores.jsonl"  # a run folder's: one line per evaluation, {"step", "scores"}
+
+
+def append_head_scores(path: Path, step: int, scores: dict[str, list[list[float]]]) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({"step": step, "scores": scores}) + "\n")
+
+
+def read_head_scores(path: Path) -> dict[int, dict[str, list[list[float]]]]:
+    """A run folder's recorded scores by step (a step recorded again, after a resume, keeps its last line).
+
+    >>> import tempfile; path = Path(tempfile.mkdtemp()) / HEAD_SCORES_FILE
+    >>> append_head_scores(path, 0, {"induction": [[0.1, 0.2]]}); append_head_scores(path, 0, {"induction": [[0.3, 0.2]]})
+    >>> read_head_scores(path)
+    {0: {'induction': [[0.3, 0.2]]}}
+    """
+    if not path.exists():
+        return {}
+    lines = (json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    return {line["step"]: line["scores"] for line in lines}
+
+
 class Callbacks:
     """Override what you need; every method is a no-op by default."""
 
@@ -55,11 +113,15 @@ class Callbacks:
     def on_eval(self, metrics: StepMetrics) -> None:
         """At each evaluation, after ``on_step`` for the same row."""
 
+    def on_head_scores(self, step: int, scores: dict[str, list[list[float]]]) -> None:
+        """At each evaluation (option ``head_scores``): each head's role scores, {score: layers x heads}."""
+
     def on_sample(self, sample: Sample) -> None:
         """Each sample taken during training."""
 
     def on_checkpoint(self, path: Path, kind: str) -> None:
-        """After ``best.pt`` (kind ``best``) or ``last.pt`` (kind ``last``) is written."""
+        """After ``best.pt`` (kind ``best``), ``last.pt`` (kind ``last``) or a kept ``step-N.pt`` (kind
+        ``step-N``, option ``keep_every``) is written."""
 
     def on_progress(self, step: int) -> None:
         """After every optimizer step (keep it cheap: no I/O); ``step`` steps are done."""
@@ -91,6 +153,10 @@ class CallbackList(Callbacks):
     def on_eval(self, metrics: StepMetrics) -> None:
         for c in self.callbacks:
             c.on_eval(metrics)
+
+    def on_head_scores(self, step: int, scores: dict[str, list[list[float]]]) -> None:
+        for c in self.callbacks:
+            c.on_head_scores(step, scores)
 
     def on_sample(self, sample: Sample) -> None:
         for c in self.callbacks:

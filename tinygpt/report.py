@@ -295,6 +295,9 @@ class Reporter(Callbacks):
     def on_eval(self, metrics: StepMetrics) -> None:
         self.last_eval = metrics  # (the dashboard judges overfitting from the rows: app/services/run_records.py)
 
+    def on_head_scores(self, step: int, scores: dict[str, list[list[float]]]) -> None:
+        self.add("head_scores", {"step": step, "scores": scores})
+
     def on_sample(self, sample: Sample) -> None:
         self.add("sample", asdict(sample))
 

@@ -137,6 +137,12 @@ class TrainConfig:
                                          "evaluation and samples", ge=0, le=100, advanced=True)
     best_with_optimizer: bool = option(False, "keep the optimizer state in best.pt too, to continue training "
                                        "from it (triples its size)", "evaluation and samples", advanced=True)
+    keep_every: int = option(0, "also keep the checkpoint of each evaluation at a multiple of this many steps "
+                             "(step-N.pt: the Inside view looks at the model as it was then; 0: the best only)",
+                             "evaluation and samples", ge=0, le=10_000_000, unit="steps", advanced=True)
+    head_scores: bool = option(True, "record each head's role scores (previous token, induction, first token, "
+                               "entropy) on a fixed probe at every evaluation: one small forward pass",
+                               "evaluation and samples", advanced=True)
     log_every: int | None = option(None, "log the training loss every", "evaluation and samples", ge=1,
                                    le=10_000_000, unit="steps", none="min(10, eval_every)", advanced=True)
     sample_prompt: str = option("Holmes", "prompt of the samples taken while training", "evaluation and samples",

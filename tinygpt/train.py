@@ -47,10 +47,11 @@ from .config import GPTConfig
 from .corpus import known_target, load_or_train_tokenizer, read_corpus
 from .data import Splits, encode_corpus, get_batch
 from .distributed import rank_device
+from .inside import head_scores
 from .model import GPT
 from .optimization import Optimizer, load_optimizer_state, lr_at, make_optimizer, parts, set_lr
 from .ranks import DistInfo
-from .records import Callbacks, MetricsCsv, Sample, StepMetrics
+from .records import HEAD_SCORES_FILE, Callbacks, MetricsCsv, Sample, StepMetrics, append_head_scores
 from .run_config import TrainConfig
 from .sample import sample_text
 from .tokenizer import Tokenizer
@@ -424,7 +425,7 @@ class Trainer:
         if not self.dist.is_main:
             return path
         state = self._checkpoint_state()
-        if kind == "best" and not self.config.best_with_optimizer:  # weights for sampling; resuming reads last.pt
+        if kind != "last" and not (kind == "best" and self.config.best_with_optimizer):  # weights (resuming: last.pt)
             state["optimizer"], state["scaler"] = None, None
         with self.cb.writing():
             save_checkpoint(path, state)
@@ -637,6 +638,8 @@ class Trainer:
             raise NonFiniteLoss(what, value, self._non_finite_story(what, value, self.state.step))
         m = self._log(losses["train"], losses["val"], tokens_per_sec, self._val_loss_full(losses["val"]))
         self.cb.on_eval(m)
+        if self.config.head_scores:
+            self._record_head_scores(m.step)
         best = self.state.best_val_loss
         if best is None or losses["val"] < best - self.config.early_stop_min_delta:
             self.state.evals_without_improvement = 0
@@ -649,7 +652,17 @@ class Trainer:
             if improved:
                 self.save("best")
             self.save("last")
+            if self.config.keep_every and self.state.step % self.config.keep_every == 0:
+                self.save(f"step-{self.state.step}")
         return m
+
+    def _record_head_scores(self, step: int) -> None:
+        """Each head's role scores on the fixed probe (one small forward pass of the uncompiled model, rank 0):
+        to the callbacks and to ``head_scores.jsonl`` beside ``metrics.csv``."""
+        scores = {name: values.tolist() for name, values in head_scores(self.model).items()}
+        if self.csv is not None:
+            append_head_scores(self.out_dir / HEAD_SCORES_FILE, step, scores)
+        self.cb.on_head_scores(step, scores)
 
     def _sample_steps(self) -> set[int]:
         cfg = self.config

@@ -39,6 +39,7 @@ from app.services import study as studies
 from app.services.datasets import HOLMES, dataset_path, ensure_builtin, record_tokenizer
 from app.services.events import record_event
 from app.services.files import remove_file, run_disk_bytes
+from app.services.head_scores import record_head_scores
 from app.services.lifecycle import change_status
 from app.services.run_records import record_best_checkpoint, record_metric, record_sample, record_start
 from app.services.sweeps import get_sweep, report_evaluation
@@ -142,6 +143,10 @@ class JobCallbacks(Callbacks):
                                       train_loss=m.train_loss, eval_every=trial.eval_every)
         if prune:
             self.pruned.set()
+
+    def on_head_scores(self, step: int, scores: dict[str, list[list[float]]]) -> None:
+        with job_session(self.settings) as s:
+            record_head_scores(s, run_id=self.run_id, step=step, scores=scores)
 
     def on_sample(self, sample: TrainSample) -> None:
         with job_session(self.settings) as s:

@@ -8,7 +8,6 @@ the thread pool: they may wait for SQLite's write lock, which must not stall the
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Annotated
@@ -37,7 +36,6 @@ from ..models import (
 from ..models.exports import ExportQuery
 from ..services import lifecycle, model_export
 from ..services import runs as svc
-from ..services.inside_view import MAX_TEXT_CHARS, inside_of
 from ..services.metric_history import (
     history_head,
     metric_columns,
@@ -180,22 +178,6 @@ async def sample(run_id: RunId, body: SampleRequest, settings: SettingsDep, mode
         yield {"event": "end", "data": json.dumps({"prompt": body.prompt, "text": "".join(pieces)})}
 
     return EventSourceResponse(events())
-
-
-@router.get("/{run_id}/inside")
-async def get_inside(
-    run_id: RunId, settings: SettingsDep, models: ModelsDep,
-    text: Annotated[str, Query(min_length=1, max_length=MAX_TEXT_CHARS, description="the passage (at most the "
-                               "model's context in tokens)")],
-    layer: Annotated[int | None, Query(ge=0, le=1000, description="with head: that head's attention in full")] = None,
-    head: Annotated[int | None, Query(ge=0, le=1000)] = None,
-) -> dict:
-    """Inside the run's best model on a passage: its tokens (and where a word is split), each token's loss and
-    the model's top 5 guesses, the logit lens, every head's attention (``attention_u8``: base64 of uint8
-    probabilities x 255, shape ``attention_shape`` = layers x heads x query x key) and the heads' role scores."""
-    path = await run_in_threadpool(best_checkpoint, run_id, settings)
-    model, tokenizer = await run_in_threadpool(models.get, path)
-    return await run_in_threadpool(functools.partial(inside_of, model, tokenizer, text=text, layer=layer, head=head))
 
 
 @router.get("/{run_id}/neighbors")

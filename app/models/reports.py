@@ -16,6 +16,7 @@ from pydantic_core import PydanticCustomError
 from sqlmodel import Field, SQLModel
 
 from tinygpt.device_names import check_device_name, check_precision_name
+from tinygpt.records import HEAD_SCORES
 
 from .alerts import Alert
 from .common import InputModel
@@ -96,6 +97,27 @@ class ResolvedIn(InputModel):
         return check_precision_name(v)
 
 
+#: The most heads a reported evaluation's scores may hold (layers x heads): bounded as the request is.
+MAX_SCORED_HEADS = 4096
+
+
+class HeadScoresIn(InputModel):
+    """One evaluation's role scores of every head ({score: layers x heads}, ``tinygpt.records.HEAD_SCORES``)."""
+
+    step: int = Field(ge=0, le=MAX_INT32)
+    scores: dict[Literal[HEAD_SCORES], list[list[float]]] = Field(max_length=len(HEAD_SCORES))
+
+    @field_validator("scores")
+    @classmethod
+    def _bounded(cls, v: dict[str, list[list[float]]]) -> dict[str, list[list[float]]]:
+        for score, rows in v.items():
+            if sum(len(row) for row in rows) > MAX_SCORED_HEADS:
+                raise ValueError(f"{score}: at most {MAX_SCORED_HEADS} heads")
+            if not all(math.isfinite(x) for row in rows for x in row):
+                raise ValueError(f"{score}: scores are finite numbers")
+        return v
+
+
 class LogIn(InputModel):
     message: str = Field(max_length=2000)
 
@@ -119,7 +141,7 @@ def report_item(kind: str, data: type) -> type[SQLModel]:
 
 #: What a trainer's journal holds, item by item (``tinygpt/report.py``); a checkpoint is uploaded instead.
 REPORT_ITEMS = {"start": ResolvedIn, "metric": MetricIn, "sample": SampleIn, "log": LogIn, "alert": AlertIn,
-                "status": EndIn}
+                "status": EndIn, "head_scores": HeadScoresIn}
 ReportItem = Annotated[Union[tuple(report_item(k, v) for k, v in REPORT_ITEMS.items())],  # noqa: UP007
                        Field(discriminator="kind")]
 

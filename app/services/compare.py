@@ -18,6 +18,7 @@ from ..models import MAX_INT64, Metric, MetricPublic, Run, RunPublic
 from ..redaction import shown_config
 from .group_stats import Spread, verdict, welch
 from .groups import group_names
+from .head_scores import induction_figures
 from .metric_history import run_rate
 from .runs import get_run
 
@@ -61,6 +62,7 @@ def run_figures(session: Session, run: Run, evals: list[MetricPublic]) -> dict:
         "target_val_loss": run.target_val_loss,
         "time_to_target": public.time_to_target.model_dump() if public.time_to_target else None,
         "flops_per_token": flops_per_token(run),
+        **induction_figures(session, run_id=run.id),
     }
 
 

@@ -10,7 +10,7 @@ import io
 import math
 from collections.abc import Iterator
 
-from sqlalchemy import text, tuple_
+from sqlalchemy import tuple_
 from sqlmodel import Session, col, select
 
 from tinygpt.metric_names import (
@@ -21,6 +21,7 @@ from tinygpt.metric_names import (
     title_for,
     tokens_per_step_of,
 )
+from tinygpt.records import parse_head_score_name
 
 from ..db import session_scope
 from ..models import (
@@ -41,33 +42,13 @@ from .lifecycle import change_status, new_run
 from .metric_blocks import rebuild_blocks
 from .reports import write_rows
 from .run_records import record_evaluation, record_metric
+from .series_points import json_number, record_points
 
 #: What each format read is called in the run's log.
 SOURCE_TEXT = {"tensorboard": "TensorBoard event files", "nanogpt": "a nanoGPT log", "llmc": "an llm.c log",
                "modded-nanogpt": "a modded-nanogpt log"}
 #: The most points of one name a series read answers with (thinned evenly past it, first and last kept).
 SERIES_POINTS_MAX = 100_000
-
-# one statement for SQLite and PostgreSQL alike: a value logged again at the same step replaces the earlier
-UPSERT_POINT = text("""
-INSERT INTO metric_series (run_id, name, step, value, is_nan, wall_time)
-VALUES (:run_id, :name, :step, :value, :is_nan, :wall_time)
-ON CONFLICT (run_id, name, step) DO UPDATE SET value = excluded.value, is_nan = excluded.is_nan,
-                                               wall_time = excluded.wall_time
-""")
-
-
-def json_number(value: float) -> float | None:
-    """A value as JSON holds it: infinities (which JSON has no word for) as None, like a NaN."""
-    return value if math.isfinite(value) else None
-
-
-def record_points(session: Session, *, run_id: int, points: list[dict]) -> None:
-    """Values by name (``name``, ``step``, ``value``, ``wall_time``), each replacing one at its name and step."""
-    if points:
-        session.execute(UPSERT_POINT, [{"run_id": run_id, **p, "is_nan": math.isnan(p["value"]),
-                                        "value": 0.0 if math.isnan(p["value"]) else p["value"]} for p in points])
-
 
 def planned_steps(body: ForeignImport, last_step: int) -> int:
     """The run's steps: as given, else a param that counts them (``max_iters``, ...), else its last step."""
@@ -126,8 +107,10 @@ def run_series(session: Session, *, run_id: int, max_points: int = SERIES_POINTS
 
 def series_names(session: Session, *, run_id: int) -> tuple[list[tuple[str, str]], list[str]]:
     """What the run page says of a foreign run's names: (name, the column it fills) for the mapped ones, and
-    the names drawn as charts of their own (a name that only says the step, nanoGPT's ``iter``, is neither)."""
-    titles = {name: title_for(name) for name in logged_names(session, run_id=run_id)}
+    the names drawn as charts of their own (a name that only says the step, nanoGPT's ``iter``, is neither; nor
+    are the heads' recorded scores)."""
+    titles = {name: title_for(name) for name in logged_names(session, run_id=run_id)
+              if parse_head_score_name(name) is None}  # the heads' scores: drawn by the Inside view
     mapped = [(name, title) for name, title in titles.items() if title is not None]
     return mapped, [name for name, title in titles.items() if title is None]
 

@@ -8,9 +8,20 @@ head asked for by ``layer`` and ``head`` comes in full precision."""
 from __future__ import annotations
 
 import base64
+import re
 import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-from ..errors import Invalid
+from sqlmodel import Session
+
+from ..db import session_scope
+from ..errors import Invalid, NotFound
+from ..settings import Settings
+from .datasets import dataset_path
+from .runs import checkpoint_file, get_run
+from .sampling import ModelCache
 
 MAX_TEXT_CHARS = 20_000
 _forward = threading.Semaphore(1)  # one forward pass at a time, as generation is
@@ -27,16 +38,33 @@ def pieces(tokenizer, ids: list[int]) -> list[dict]:  # noqa: ANN001 (tinygpt's 
     return out
 
 
-def inside_of(model, tokenizer, *, text: str, layer: int | None = None, head: int | None = None) -> dict:  # noqa: ANN001
-    """The Inside view's numbers for ``text`` (see the module docstring)."""
+def passage_ids(tokenizer, context: int, *, text: str | None, passage: int | None,  # noqa: ANN001
+                validation: Callable[[], Any] | None) -> list[int]:
+    """The tokens looked at: ``text`` encoded, or the ``passage``-th window of the run's validation split
+    (``validation`` reads it: only then)."""
+    from tinygpt.data import passage as window
+
+    if (text is None) == (passage is None):
+        raise Invalid("give either text or passage (a window of the run's validation split)", field="text")
+    if passage is not None:
+        if validation is None:
+            raise Invalid("this run's corpus is not on this machine: type a passage instead", field="passage")
+        try:
+            return window(validation(), context, passage).tolist()
+        except ValueError as exc:
+            raise Invalid(str(exc), field="passage") from None
+    ids = tokenizer.encode(text)
+    if not 2 <= len(ids) <= context:
+        raise Invalid(f"text is {len(ids)} tokens; a passage is 2 to {context} (the model's context)", field="text")
+    return ids
+
+
+def inside_of(model, tokenizer, ids: list[int], *, layer: int | None = None, head: int | None = None) -> dict:  # noqa: ANN001
+    """The Inside view's numbers for the passage ``ids`` (see the module docstring)."""
     import torch
 
     from tinygpt.inside import bits, head_scores, look_inside
 
-    ids = tokenizer.encode(text)
-    context = model.config.context
-    if not 2 <= len(ids) <= context:
-        raise Invalid(f"text is {len(ids)} tokens; a passage is 2 to {context} (the model's context)", field="text")
     n_layers, n_heads = model.config.n_layers, model.config.n_heads
     if (layer is None) != (head is None):
         raise Invalid("layer and head come together (one head's full attention)", field="layer" if layer is None else "head")
@@ -65,3 +93,130 @@ def inside_of(model, tokenizer, *, text: str, layer: int | None = None, head: in
         "attention": None if layer is None else [[round(float(p), 6) for p in row] for row in seen.attention[layer, head]],
         "head_scores": {name: [[round(float(v), 6) for v in row] for row in values] for name, values in scores.items()},
     }
+
+
+# -- which model: the run's kept checkpoints -------------------------------------------------------------
+CHECKPOINT_NAME = re.compile(r"best|last|step-(\d{1,10})")
+
+
+def kept_checkpoints(session: Session, *, run_id: int, settings: Settings) -> list[dict]:
+    """The checkpoints the Inside view can look at: the best, each ``step-N.pt`` kept (option ``keep_every``)
+    and, while the run trains, ``last.pt``; ``name`` and ``step`` (the best's: its evaluation's)."""
+    run = get_run(session, run_id=run_id)
+    out = [{"name": "best", "step": run.best_step}] if run.checkpoint_path else []
+    folder = Path(run.out_dir) if run.out_dir else None
+    if folder is not None and folder.resolve().is_relative_to(settings.runs_dir.resolve()) and folder.is_dir():
+        kept = sorted((int(m.group(1)), f.stem) for f in folder.glob("step-*.pt")
+                      if (m := CHECKPOINT_NAME.fullmatch(f.stem)) and m.group(1))
+        out += [{"name": name, "step": step} for step, name in kept]
+        if (folder / "last.pt").is_file():
+            out.append({"name": "last", "step": None})
+    return out
+
+
+def checkpoint_named(session: Session, *, run_id: int, name: str, settings: Settings) -> Path:
+    """The file of one of :func:`kept_checkpoints` (404 when the run keeps none of that name)."""
+    if CHECKPOINT_NAME.fullmatch(name) is None:
+        raise Invalid("checkpoint is best, last or step-N (a kept one: GET .../inside/checkpoints)", field="checkpoint")
+    if name == "best":
+        return checkpoint_file(session, run_id=run_id, settings=settings)
+    run = get_run(session, run_id=run_id)
+    path = (Path(run.out_dir) / f"{name}.pt").resolve() if run.out_dir else None
+    if path is None or not path.is_relative_to(settings.runs_dir.resolve()) or not path.is_file():
+        raise NotFound(f"run {run_id} keeps no checkpoint {name}")
+    return path
+
+
+# -- the passage: the run's validation split ----------------------------------------------------------------
+def validation_reader(session: Session, *, run_id: int, settings: Settings, tokenizer, context: int  # noqa: ANN001
+                      ) -> Callable[[], Any] | None:
+    """A function reading the run's validation split as its training split it (None: its corpus is not here:
+    a run of another machine or trainer)."""
+    from tinygpt.data import validation_tokens
+
+    run = get_run(session, run_id=run_id)
+    dataset = (run.config or {}).get("dataset")
+    if run.origin != "dashboard" or not dataset:
+        return None
+    try:
+        path = dataset_path(session, name=dataset, settings=settings)
+    except NotFound:
+        return None
+    if not path.is_file():
+        return None
+    return lambda: validation_tokens(path, tokenizer, context, settings.cache_dir)
+
+
+def passages_of(validation: Callable[[], Any] | None, context: int) -> int:
+    """How many passages the Inside view offers from the validation split (0: none here)."""
+    from tinygpt.data import passage_count
+
+    return 0 if validation is None else passage_count(validation(), context)
+
+
+# -- two models on one passage; the embeddings' map -------------------------------------------------------------
+def loss_difference(first: tuple, second: tuple, ids: list[int]) -> dict:
+    """Each token's loss under two models (``(model, tokenizer)`` each, the same tokenizer) and the second's
+    minus the first's: below 0 where the second predicts better."""
+    import torch
+
+    from tinygpt.inside import look_inside
+
+    (model_a, tok_a), (model_b, tok_b) = first, second
+    if tok_a.fingerprint() != tok_b.fingerprint():
+        raise Invalid("the two models have different tokenizers: their per-token losses do not line up", field="other")
+    if len(ids) > model_b.config.context:
+        raise Invalid(f"the passage is {len(ids)} tokens; the other model's context is {model_b.config.context}",
+                      field="other")
+    with _forward:
+        a = look_inside(model_a, torch.tensor(ids)).token_loss
+        b = look_inside(model_b, torch.tensor(ids)).token_loss
+    diff = b - a
+    return {"tokens": pieces(tok_a, ids), "loss": [round(float(v), 6) for v in a],
+            "other_loss": [round(float(v), 6) for v in b], "difference": [round(float(v), 6) for v in diff],
+            "mean_loss": float(a.mean()), "other_mean_loss": float(b.mean()), "mean_difference": float(diff.mean())}
+
+
+def embedding_map(model, tokenizer) -> dict:  # noqa: ANN001
+    """Every token's embedding on the first two principal components, with each token's text."""
+    from tinygpt.inside import embedding_pca
+
+    with _forward:
+        xy, shares = embedding_pca(model)
+    return {"tokens": [tokenizer.token_bytes(i).decode("utf-8", errors="replace") for i in range(len(xy))],
+            "x": [round(float(v), 4) for v in xy[:, 0]], "y": [round(float(v), 4) for v in xy[:, 1]],
+            "variance_share": [round(v, 4) for v in shares]}
+
+
+# -- what a request looks at --------------------------------------------------------------------------------
+def model_of(*, run_id: int, checkpoint: str, settings: Settings, models: ModelCache) -> tuple:
+    """(model, tokenizer) of the run's checkpoint ``checkpoint``, through the model cache; the database is
+    held only while the file is found (a short session: model loads take a while)."""
+    with session_scope(settings) as session:
+        path = checkpoint_named(session, run_id=run_id, name=checkpoint, settings=settings)
+    return models.get(path)
+
+
+def passage_of(*, run_id: int, model, tokenizer, text: str | None, passage: int | None,  # noqa: ANN001
+               settings: Settings) -> list[int]:
+    """The tokens of a request's passage (typed, or the run's own validation split's ``passage``-th)."""
+    validation = None
+    if passage is not None:
+        with session_scope(settings) as session:
+            validation = validation_reader(session, run_id=run_id, settings=settings, tokenizer=tokenizer,
+                                           context=model.config.context)
+    return passage_ids(tokenizer, model.config.context, text=text, passage=passage, validation=validation)
+
+
+def choices_of(*, run_id: int, settings: Settings, models: ModelCache) -> dict:
+    """What the Inside view offers for a run: its kept checkpoints and how many validation passages."""
+    with session_scope(settings) as session:
+        kept = kept_checkpoints(session, run_id=run_id, settings=settings)
+    if not kept:
+        raise NotFound(f"run {run_id} has no checkpoint yet")
+    model, tokenizer = model_of(run_id=run_id, checkpoint=kept[0]["name"], settings=settings, models=models)
+    with session_scope(settings) as session:
+        validation = validation_reader(session, run_id=run_id, settings=settings, tokenizer=tokenizer,
+                                       context=model.config.context)
+    return {"checkpoints": kept, "passages": passages_of(validation, model.config.context),
+            "context": model.config.context, "layers": model.config.n_layers, "heads": model.config.n_heads}

@@ -33,6 +33,7 @@ from .alerts import has_alert, raise_alert
 from .datasets import dataset_target
 from .events import record_event
 from .files import run_disk_bytes
+from .head_scores import record_head_scores
 from .lifecycle import change_status, new_run
 from .metric_blocks import rebuild_blocks
 from .run_records import record_best_checkpoint, record_metric, record_sample, record_start, set_target
@@ -118,6 +119,8 @@ def apply_item(session: Session, run: Run, item: ReportItem, settings: Settings)
             run.best_val_loss, run.best_step = data.val_loss, data.step  # live in the list; the upload confirms
     elif item.kind == "sample":
         record_sample(session, run.id, data.model_dump())
+    elif item.kind == "head_scores":
+        record_head_scores(session, run_id=run.id, step=data.step, scores=data.scores)
     elif item.kind == "log":
         record_event(session, run_id=run.id, type=EventType.log, data={"message": data.message})
     elif item.kind == "alert" and not has_alert(session, run_id=run.id, kind=data.kind):  # from older trainers
