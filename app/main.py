@@ -58,7 +58,7 @@ from .settings import Settings, get_settings
 from .static_files import STATIC, CachedStaticFiles
 from .templating import render
 from .web import groups as group_pages
-from .web import login, notes, pages, sweep_pages
+from .web import inside_pages, login, notes, pages, sweep_pages
 
 
 def create_app(settings: Settings | None = None, host: str | None = None) -> FastAPI:
@@ -137,7 +137,7 @@ def create_app(settings: Settings | None = None, host: str | None = None) -> Fas
         return await http_exception_handler(request, exc)
 
     for router in (reports.router, foreign_runs.router, runs.router, inside.router, groups.router, export.router, events.router, benchmarks.router,
-                   sweeps.router, catalog.router, catalog.health_router, pages.router, sweep_pages.router, notes.router,
+                   sweeps.router, catalog.router, catalog.health_router, pages.router, sweep_pages.router, inside_pages.router, notes.router,
                    group_pages.router, login.router, api_docs.router, mlflow.router, mlflow.artifacts, mlflow.unserved,
                    wandb.router):
         app.include_router(router)  # reports before runs: /api/runs/reported, /api/runs/import-foreign are no run ids

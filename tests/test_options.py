@@ -99,7 +99,7 @@ def test_tinygpt_train_flag_refuses_a_bad_value_with_the_same_message(spec, caps
 @pytest.mark.parametrize("spec", OPTIONS.values(), ids=lambda s: s.name)
 def test_tinygpt_train_flag_takes_a_good_value(spec):
     value = good_value(spec)
-    argv = [spec.flag] if spec.kind is bool else [spec.flag, str(value)]
+    argv = [spec.flag if value else f"--no-{spec.flag[2:]}"] if spec.kind is bool else [spec.flag, str(value)]
     args = build_parser().parse_args(["train", "--out", "x", *argv])
     assert getattr(args, spec.name) == value
 

@@ -146,7 +146,9 @@ def add_option_flags(parser: argparse.ArgumentParser) -> None:
         group = groups[spec.group]
         # no default here: a flag not given leaves the option to --config, then to the declaration
         if spec.kind is bool:
-            group.add_argument(spec.flag, action="store_true", default=argparse.SUPPRESS, help=option_help(spec))
+            # --flag / --no-flag: an option that is on by default can be turned off
+            group.add_argument(spec.flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                               help=option_help(spec))
         else:
             group.add_argument(spec.flag, type=option_type(spec), default=argparse.SUPPRESS,
                                metavar=spec.name.upper(), help=option_help(spec))

@@ -154,6 +154,11 @@ def induction_score(attention: torch.Tensor, half: int) -> torch.Tensor:
     return attention.diagonal(offset=-(n - 1), dim1=-2, dim2=-1)[..., 1:].mean(-1)
 
 
+def probe_half(context: int) -> int:
+    """The probe's tokens before they repeat, for a model of this context (the probe is twice as long)."""
+    return min(64, context // 2)
+
+
 def induction_probe(vocab_size: int, half: int, batch: int = 4) -> torch.Tensor:
     """The fixed probe: ``batch`` sequences of ``half`` random tokens, each repeated twice -> (batch, 2*half)."""
     generator = torch.Generator().manual_seed(PROBE_SEED)
@@ -165,7 +170,7 @@ def induction_probe(vocab_size: int, half: int, batch: int = 4) -> torch.Tensor:
 def head_scores(model: GPT, vocab_size: int | None = None, half: int | None = None) -> dict[str, torch.Tensor]:
     """Each head's role scores on the induction probe -> {score: (L, H)}: cheap, one forward pass of a small
     batch, so a run can record them at every evaluation."""
-    half = half or min(64, model.config.context // 2)
+    half = half or probe_half(model.config.context)
     probe = induction_probe(vocab_size or model.config.vocab_size, half)
     was_training = model.training
     model.eval()
