@@ -3,7 +3,7 @@
 Every figure is a ratio of two things measured side by side in this one run, on
 this machine; absolute numbers are printed for context only.
 
-    python -m benchmarks.run [--only tokenizer,train,sample,service,dashboard,load,sweep,startup,alerts,report,history,speedrun,tracking] [--out BENCHMARKS.md]
+    python -m benchmarks.run [--only tokenizer,train,sample,service,dashboard,load,sweep,startup,alerts,report,history,speedrun,tracking,inside] [--out BENCHMARKS.md]
 
 Results are also kept in benchmarks/results.json; a run with --only replaces those suites'
 results and keeps the others (each suite's ratios are measured within its own run).
@@ -24,6 +24,7 @@ from . import (
     bench_alerts,
     bench_dashboard,
     bench_history,
+    bench_inside,
     bench_load,
     bench_report,
     bench_sample,
@@ -60,6 +61,7 @@ SUITES = {
     "history": bench_history.run,
     "speedrun": bench_speedrun.run,
     "tracking": bench_tracking.run,
+    "inside": bench_inside.run,
 }
 
 
@@ -369,6 +371,33 @@ def tracking_section(tr: dict) -> list[str]:
     ]
 
 
+def inside_section(ins: dict) -> list[str]:
+    """The Inside view of the holmes model: a copied link's request to every head drawn."""
+    return [
+        f"## The Inside view (`benchmarks/bench_inside.py`) on {ins['machine']} ({ins['date']})",
+        "",
+        f"CPU flags: {ins['cpu']}.",
+        "",
+        f"The holmes-preset model (6 layers x 4 heads, {ins['tokens']}-token passage, one head enlarged) in Chromium:",
+        "from the page's request (`/runs/{id}/inside?text=...&layer=5&head=3`, what a copied link opens) to the",
+        f"{ins['heads']} heads drawn by `static/js/inside.js` (`performance.now()` from the navigation's start), the"
+        " server's part (the response's end) beside it:",
+        "",
+        "| load | request to drawn ms (goal: at most 1,000) | of which the response ms |",
+        "|---|---|---|",
+        f"| cold: the model read from its file | {ins['cold_ms']:,} | {ins['cold_response_ms']:,} |",
+        f"| warm: from the app's model cache, median of 7 | **{ins['warm_median_ms']:,}** (max {ins['warm_max_ms']:,})"
+        f" | {ins['warm_response_median_ms']:,} |",
+        "",
+        f"The page is {ins['page_bytes'] / 1e6:.1f} MB (every head's attention as uint8, base64: 24 x 256 x 256"
+        f" bytes), the API's JSON {ins['api_bytes'] / 1e6:.1f} MB. The server's part is two forward passes with"
+        " the activations kept (the passage and, once a model, the head-score probe) and the page; the rest is the"
+        " browser decoding the bytes and drawing 25 heatmaps. A model's first look reads and checks its checkpoint"
+        " file (23 MB) and pays for the app's first torch calls: the cold figure, once per model and process.",
+        "",
+    ]
+
+
 def report_section(rp: dict) -> list[str]:
     """What live reporting costs the training step, and how soon a row reaches the page."""
     lat = rp["latency"]
@@ -641,6 +670,8 @@ def render(results: dict, machine_line: str, cpu_line: str, date: str) -> str:
         lines += report_section(rp)
     if tr := results.get("tracking"):
         lines += tracking_section(tr)
+    if ins := results.get("inside"):
+        lines += inside_section(ins)
     if hi := results.get("history"):
         lines += history_section(hi, results.get("history_baseline"))
     lines += [
@@ -741,10 +772,15 @@ def main() -> None:
         return
     m, cpu = machine(), cpu_summary()
     print(f"{m}\nCPU flags: {cpu}", flush=True)
-    results = saved.get("results", {}) if saved.get("machine") == m and saved.get("cpu") == cpu else {}
-    for name in (args.only or ",".join(SUITES)).split(","):
-        results[name] = measure(name)
+    measured = {name: measure(name) for name in (args.only or ",".join(SUITES)).split(",")}
     date = datetime.date.today().isoformat()
+    if saved and (saved.get("machine"), saved.get("cpu")) != (m, cpu) and all("machine" in r for r in measured.values()):
+        # suites that name their own machine (their section says it) join the page's other machine's figures
+        m, cpu, date = saved["machine"], saved["cpu"], saved["date"]
+        results = {**saved["results"], **measured}
+    else:
+        same = (saved.get("machine"), saved.get("cpu")) == (m, cpu)
+        results = {**(saved.get("results", {}) if same else {}), **measured}
     RESULTS.write_text(json.dumps({"machine": m, "cpu": cpu, "date": date, "results": results}, indent=2) + "\n")
     args.out.write_text(render(results, m, cpu, date))
     print(f"wrote {args.out}")

@@ -365,3 +365,27 @@ def test_the_embedding_map_is_the_embeddings_principal_components(make_app, impo
     top = torch.linalg.eigvalsh(centred.T @ centred).flip(0)[:2]
     assert (xy**2).sum(0).tolist() == pytest.approx(top.tolist(), rel=1e-3)
     assert got["variance_share"][0] >= got["variance_share"][1] > 0
+
+
+def test_induction_step_as_a_sweep_objective(make_app):
+    from app.db import session_scope
+    from app.models import Run
+    from app.services.sweeps import NEVER_FORMED_STEP, objective
+
+    client = make_app()
+    formed = reported_with_scores(client, [0, 50, 100])  # its best head reaches 0.5 at step 50
+    never = reported_with_scores(client, [0])  # best head 0.2
+    with session_scope(client.app.state.settings) as s:
+        assert objective(s, s.get(Run, formed), "induction_step") == 50.0
+        assert objective(s, s.get(Run, never), "induction_step") == pytest.approx(NEVER_FORMED_STEP + 0.8)
+        unscored = Run(name="none", config={})
+        s.add(unscored)
+        s.flush()
+        assert objective(s, unscored, "induction_step") is None
+    body = {"method": "grid", "metric": {"name": "induction_step"}, "parameters": {"lr": {"values": [1e-3]}},
+            "base": {"preset": "tiny", "device": "cpu", "steps": 2, "head_scores": False}}
+    refused = client.post("/api/sweeps", json=body)
+    assert (refused.status_code, refused.json()["detail"][0]["msg"]) == (
+        422, "metric induction_step needs the heads' scores recorded: leave head_scores on, unswept")
+    del body["base"]["head_scores"]
+    assert client.post("/api/sweeps", json=body).status_code == 201

@@ -42,6 +42,9 @@ SWEEP_METRICS = {  # the objective, always minimised
     "train_loss": "the training loss at the run's last evaluation",
     "time_to_target": "training seconds until the validation loss first reached the run's target_val_loss (a "
                       "trial that never reaches it ranks after every one that does, the closer first)",
+    "induction_step": "the first evaluation step at which a head's induction score (recorded at every evaluation, "
+                      "option head_scores) reached 0.5: how soon an induction head formed (a trial where none did "
+                      "ranks after every one where one did, the higher its best head's last score first)",
 }
 EARLY_TERMINATE = ("hyperband", "median")
 #: Keys of a W&B sweep configuration that have no meaning here, refused with what they are for in W&B.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import re
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,7 @@ def inside_of(model, tokenizer, ids: list[int], *, layer: int | None = None, hea
     """The Inside view's numbers for the passage ``ids`` (see the module docstring)."""
     import torch
 
-    from tinygpt.inside import bits, head_scores, look_inside
+    from tinygpt.inside import bits, look_inside
 
     n_layers, n_heads = model.config.n_layers, model.config.n_heads
     if (layer is None) != (head is None):
@@ -73,26 +74,44 @@ def inside_of(model, tokenizer, ids: list[int], *, layer: int | None = None, hea
                       field="layer" if not 0 <= layer < n_layers else "head")
     with _forward:
         seen = look_inside(model, torch.tensor(ids))
-        scores = head_scores(model, vocab_size=tokenizer.vocab_size)
+        scores = probe_scores(model, tokenizer.vocab_size)
     quantised = (seen.attention * 255).round().to(torch.uint8)  # (L, H, T, T)
     n_bytes = len(tokenizer.decode_bytes(ids[1:]))
-    as_piece = lambda token: tokenizer.token_bytes(int(token)).decode("utf-8", errors="replace")  # noqa: E731
+    as_piece = lambda token: tokenizer.token_bytes(token).decode("utf-8", errors="replace")  # noqa: E731
     return {
         "tokens": pieces(tokenizer, ids),
         "layers": n_layers, "heads": n_heads,
-        "token_loss": [round(float(v), 6) for v in seen.token_loss],
+        "token_loss": rounded(seen.token_loss),
         "mean_loss": seen.mean_loss, "mean_loss_bits": bits(seen.mean_loss),
         "bits_per_byte": bits(float(seen.token_loss.sum())) / max(n_bytes, 1),
-        "top": [[{"text": as_piece(t), "id": int(t), "prob": round(float(p), 6)} for t, p in zip(ti, tp, strict=True)]
-                for ti, tp in zip(seen.top_ids, seen.top_probs, strict=True)],
-        "lens": {"top": [[as_piece(t) for t in row] for row in seen.lens_top],
-                 "next_prob": [[round(float(p), 6) for p in row] for row in seen.lens_next_prob],
+        "top": [[{"text": as_piece(t), "id": t, "prob": p} for t, p in zip(ti, tp, strict=True)]
+                for ti, tp in zip(seen.top_ids.tolist(), rounded(seen.top_probs), strict=True)],
+        "lens": {"top": [[as_piece(t) for t in row] for row in seen.lens_top.tolist()],
+                 "next_prob": rounded(seen.lens_next_prob),
                  "rows": ["embeddings", *(f"after block {i}" for i in range(n_layers))]},
         "attention_u8": base64.b64encode(quantised.numpy().tobytes()).decode(),
         "attention_shape": list(quantised.shape),
-        "attention": None if layer is None else [[round(float(p), 6) for p in row] for row in seen.attention[layer, head]],
-        "head_scores": {name: [[round(float(v), 6) for v in row] for row in values] for name, values in scores.items()},
+        "attention": None if layer is None else rounded(seen.attention[layer, head]),
+        "head_scores": {name: rounded(values) for name, values in scores.items()},
     }
+
+
+def rounded(values) -> list:  # noqa: ANN001 (a tensor)
+    """A tensor as nested lists of numbers to 6 decimals (converted at once: a loop over elements is slow)."""
+    return values.double().round(decimals=6).tolist()
+
+
+_scores: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its head scores on the probe
+
+
+def probe_scores(model, vocab_size: int) -> dict:  # noqa: ANN001
+    """The heads' scores on the fixed probe: they do not depend on the passage, so each model's are kept as long
+    as the model is (the model cache's)."""
+    from tinygpt.inside import head_scores
+
+    if model not in _scores:
+        _scores[model] = head_scores(model, vocab_size=vocab_size)
+    return _scores[model]
 
 
 # -- which model: the run's kept checkpoints -------------------------------------------------------------

@@ -49,6 +49,7 @@ from .alerts import raise_alert
 from .datasets import dataset_target
 from .events import record_event
 from .files import remove_file, run_disk_bytes
+from .head_scores import induction_figures
 from .lifecycle import add_runs, cancel_run, check_run
 from .runs import delete_run
 
@@ -189,6 +190,9 @@ def create_sweep(session: Session, *, body: SweepCreate, settings: Settings) -> 
                                                                 configured=base.target_val_loss) is None:
         raise Invalid(f"metric time_to_target needs a target: set target_val_loss in base (dataset "
                       f"{base.dataset!r} has no known one)", field="metric")
+    if body.metric.name == "induction_step" and (base.head_scores is False or "head_scores" in body.parameters):
+        raise Invalid("metric induction_step needs the heads' scores recorded: leave head_scores on, unswept",
+                      field="metric")
     config = sweep_config(body)
     # the options given (checked), not their defaults: a trial's own recipe (a swept ``recipe``) fills the rest
     config["base"] = base.model_dump(mode="json", exclude_unset=True, exclude={"name", "tags"})
@@ -311,9 +315,18 @@ def add_trial(session: Session, sweep: Sweep, study: Any, settings: Settings) ->
 NEVER_REACHED_SEC = 1e9
 
 
+#: ``induction_step`` of a trial whose heads never formed one: past any step a run takes, its best score deciding.
+NEVER_FORMED_STEP = 1e9
+
+
 def objective(session: Session, run: Run, metric: str) -> float | None:
     if metric == "val_loss":
         return run.best_val_loss
+    if metric == "induction_step":
+        heads = induction_figures(session, run_id=run.id)
+        if heads["induction_formed_step"] is not None:
+            return float(heads["induction_formed_step"])
+        return None if heads["induction_score"] is None else NEVER_FORMED_STEP + 1 - heads["induction_score"]
     if metric == "time_to_target":
         if run.target_sec is not None:
             return run.target_sec

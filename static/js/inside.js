@@ -17,26 +17,25 @@
   const hatch = rgb(css.getPropertyValue("--border") || "#d0d7de");
 
   function attentionOf(data) {
-    const bytes = Uint8Array.from(atob(data.u8), (c) => c.charCodeAt(0));
+    const text = atob(data.u8), bytes = new Uint8Array(text.length);
+    for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
     const [L, H, T] = data.shape;
     return { L, H, T, at: (l, h, q, k) => bytes[((l * H + h) * T + q) * T + k], head: (l, h) => bytes.subarray((l * H + h) * T * T, (l * H + h + 1) * T * T) };
   }
 
-  // One head as T x T pixels (drawn scaled up, unsmoothed): row = query, column = key.
+  // Each attention byte's pixel (the accent over the background by the weight) and the mask's two, as RGBA words.
+  const word = ([r, g, b]) => new Uint32Array(new Uint8ClampedArray([r, g, b, 255]).buffer)[0];
+  const shades = Uint32Array.from({ length: 256 }, (_, v) => word([0, 1, 2].map((c) => Math.round(background[c] * (1 - v / 255) + accent[c] * (v / 255)))));
+  const masked = [word(hatch), word(background)];
+
+  // One head as T x T pixels (drawn scaled up, unsmoothed): row = query, column = key; the future hatched.
   function headImage(att, l, h) {
     const T = att.T, cells = att.head(l, h), image = new ImageData(T, T);
+    const pixels32 = new Uint32Array(image.data.buffer);
     for (let q = 0; q < T; q++) {
-      for (let k = 0; k < T; k++) {
-        const o = (q * T + k) * 4;
-        if (k > q) {  // the future: masked
-          const on = (q + k) % 4 < 2;
-          image.data.set(on ? hatch : background, o);
-        } else {
-          const a = cells[q * T + k] / 255;
-          for (let c = 0; c < 3; c++) image.data[o + c] = Math.round(background[c] * (1 - a) + accent[c] * a);
-        }
-        image.data[o + 3] = 255;
-      }
+      const row = q * T;
+      for (let k = 0; k <= q; k++) pixels32[row + k] = shades[cells[row + k]];
+      for (let k = q + 1; k < T; k++) pixels32[row + k] = masked[(q + k) % 4 < 2 ? 0 : 1];
     }
     const pixels = document.createElement("canvas");
     pixels.width = pixels.height = T;
