@@ -5,6 +5,8 @@ grows an induction head."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -261,6 +263,8 @@ def test_reported_head_scores_read_back_by_evaluation_and_in_compare(make_app):
         "induction": [[[0.05, 0.0], [0.1, 0.2]], [[0.05, 0.5], [0.1, 0.2]], [[0.05, 1.0], [0.1, 0.2]]]}}
     compared = client.get("/api/compare", params={"ids": f"{run_id},{other}"}).json()["runs"]
     assert [(r["induction_score"], r["induction_formed_step"]) for r in compared] == [(1.0, 50), (0.5, 50)]
+    row = re.search(r'<tr id="induction-row">.*?</tr>', client.get("/compare", params={"ids": f"{run_id},{other}"}).text)
+    assert re.sub(r"<[^>]+>", "", row.group(0).split("</th>", 1)[1]) == "1.000 (step 50)0.500 (step 50)"
     assert client.get("/api/runs/999/head-scores").json() == {"steps": [], "layers": 0, "heads": 0, "scores": {},
                                                                "val_loss": []}
     page = client.get(f"/runs/{run_id}").text
