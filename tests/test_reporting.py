@@ -24,7 +24,7 @@ import torch
 from tinygpt.checkpoint import save_checkpoint
 from tinygpt.model import GPT
 from tinygpt.presets import model_config
-from tinygpt.records import read_metrics_csv
+from tinygpt.records import HEAD_SCORES_FILE, read_head_scores, read_metrics_csv
 
 from .service_helpers import (
     ROOT,
@@ -128,6 +128,10 @@ def test_a_reported_run_is_its_run_folder_row_for_row(dashboard, slice_path, tmp
         sample = c.post(f"/api/runs/{run_id}/sample", json={"prompt": "Holmes", "max_tokens": 5, "seed": 1})
         assert sample.status_code == 200 and "event: end" in sample.text
         assert c.get(f"/api/runs/{run_id}/neighbors", params={"word": " Holmes", "k": 3}).status_code == 200
+        recorded = c.get(f"/api/runs/{run_id}/head-scores").json()  # sent with the rows, as the folder has them
+        folder_scores = read_head_scores(out / HEAD_SCORES_FILE)
+        assert recorded["steps"] == sorted(folder_scores) == [0, 10, 20, 30]
+        assert recorded["scores"]["induction"] == [folder_scores[s]["induction"] for s in (0, 10, 20, 30)]
     events = read_events(f"{app.url}/api/runs/{run_id}/events", headers=AUTH, timeout=30)
     streamed = [{k: v for k, v in e["data"].items() if k != "run_id"} for e in events if e["event"] == "metric"]
     assert streamed == rows  # live curves: every row once
