@@ -36,8 +36,9 @@ def test_form_and_command_line_make_the_same_run(tmp_path, slice_path, warm_cach
                             "--no-progress", env=home.env(), module="tinygpt")
     app, worker = AppServer(home), Worker(home, "same")
     try:
+        # the boxes the form has ticked already come as a browser sends them (head_scores: on by default)
         response = httpx.post(f"{app.url}/new", data={**CHOSEN, "device": "cpu", "dataset": "holmes", "gpus": "1",
-                                                       "resume": "1"}, timeout=60)
+                                                       "resume": "1", "head_scores": "1"}, timeout=60)
         assert response.status_code == 200 and response.headers["hx-redirect"] == "/runs/1", response.text
         read_events(f"{app.url}/api/runs/1/events", timeout=300)
         assert httpx.get(f"{app.url}/api/runs/1", timeout=30).json()["status"] == "succeeded"
