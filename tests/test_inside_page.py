@@ -172,6 +172,10 @@ def test_the_scores_over_training_are_drawn_from_the_runs_records(service, train
                                                                recorded["scores"]["previous_token"]]
     assert page.get_attribute("#scores-chart", "aria-label").startswith(
         "best head's previous token by step: 4 rows (steps 0 to 30)")
+    assert parse_qs(urlsplit(page.url).query)["score"] == ["previous_token"]
+    page.reload()  # the address keeps the chart's score
+    page.wait_for_selector("#scores-chart canvas")
+    assert page.evaluate("insideState.scoresDrawn") == "previous_token"
     shot(page, "inside-scores")
     page.context.close()
     assert page.js_errors == [], page.js_errors

@@ -5,12 +5,15 @@ API's (``app/services/inside_view.py``), rendered here; ``static/js/inside.js`` 
 from __future__ import annotations
 
 import math
+from typing import Literal
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
+
+from tinygpt.records import HEAD_SCORES
 
 from ..db import session_scope
 from ..deps import ModelsDep, RunId, SettingsDep
@@ -37,6 +40,7 @@ class InsideView(BaseModel):
     other_checkpoint: str = Field(default="best", max_length=20)
     layer: int | None = Field(default=None, ge=0, le=1000)
     head: int | None = Field(default=None, ge=0, le=1000)
+    score: Literal[HEAD_SCORES] = "induction"  # the score the chart over training draws
 
     @property
     def asked(self) -> bool:

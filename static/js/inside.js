@@ -220,7 +220,7 @@
       state.scoresDrawn = score;
       state.scoresPlot = plot;
     }
-    $("score-select").addEventListener("change", draw);
+    $("score-select").addEventListener("change", () => { TG.setViewParams({ score: $("score-select").value }); draw(); });
     $("scores-png").addEventListener("click", () => savePNG(target.querySelector("canvas"), `run-${page.run_id}-head-scores.png`));
     draw();
   }
