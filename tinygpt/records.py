@@ -47,7 +47,7 @@ class Sample:
 #: The heads' role scores a run records at each evaluation (``tinygpt.inside.head_scores``), in this order.
 HEAD_SCORES = ("previous_token", "induction", "first_token", "entropy")
 HEAD_SCORE_PREFIX = "heads/"
-#: A head's induction score from which it counts as an induction head (random-token probe: 1/(t+1) by chance).
+#: A head's induction score from which it counts as an induction head (attention spread evenly: about 0.01).
 INDUCTION_FORMED = 0.5
 
 

@@ -23,9 +23,11 @@
     return { L, H, T, at: (l, h, q, k) => bytes[((l * H + h) * T + q) * T + k], head: (l, h) => bytes.subarray((l * H + h) * T * T, (l * H + h + 1) * T * T) };
   }
 
-  // Each attention byte's pixel (the accent over the background by the weight) and the mask's two, as RGBA words.
+  // Each attention byte's pixel and the mask's two, as RGBA words: the accent over the background by the square
+  // root of the weight (over a long passage most weights are small; the root shows where a head looks).
   const word = ([r, g, b]) => new Uint32Array(new Uint8ClampedArray([r, g, b, 255]).buffer)[0];
-  const shades = Uint32Array.from({ length: 256 }, (_, v) => word([0, 1, 2].map((c) => Math.round(background[c] * (1 - v / 255) + accent[c] * (v / 255)))));
+  const strength = (v) => Math.sqrt(v / 255);
+  const shades = Uint32Array.from({ length: 256 }, (_, v) => word([0, 1, 2].map((c) => Math.round(background[c] * (1 - strength(v)) + accent[c] * strength(v)))));
   const masked = [word(hatch), word(background)];
 
   // One head as T x T pixels (drawn scaled up, unsmoothed): row = query, column = key; the future hatched.
@@ -156,7 +158,7 @@
         const v = att.at(l, h, q, k);
         if (!v) continue;
         const cell = document.createElementNS(ns, "rect");
-        for (const [key, value] of [["x", k], ["y", q], ["width", 1], ["height", 1], ["fill", `rgb(${accent})`], ["fill-opacity", (v / 255).toFixed(3)]]) cell.setAttribute(key, value);
+        for (const [key, value] of [["x", k], ["y", q], ["width", 1], ["height", 1], ["fill", `rgb(${accent})`], ["fill-opacity", strength(v).toFixed(3)]]) cell.setAttribute(key, value);
         svg.append(cell);
       }
     }
