@@ -17,6 +17,7 @@ from tinygpt.optimization import (
     lr_at,
     lr_factor,
     make_optimizer,
+    newton_schulz,
     set_lr,
 )
 from tinygpt.presets import model_config
@@ -184,3 +185,31 @@ def test_a_muon_run_with_wsd_learns(tmp_path, tiny_config, cache_dir):
     assert lrs[15] == pytest.approx(1e-3)  # stable (warmup 3, decay over the last 6 steps)
     # logged: the rate of the step just taken (step 29: 5/6 of the way down to the floor, 1e-4)
     assert lrs[30] == pytest.approx(2.5e-4)
+
+
+@pytest.mark.parametrize("ns_dtype, tolerance", [(torch.float32, 1e-6), (torch.bfloat16, 1e-2)], ids=["fp32", "bf16"])
+def test_the_batched_step_is_the_per_matrix_update(ns_dtype, tolerance):
+    """Matrices of one shape orthogonalised as a stack give each the update it gets alone (the per-matrix
+    reference: :func:`newton_schulz` on that matrix), for wide, tall and square shapes together; in bf16 the
+    per-matrix reference is torch's own Muon."""
+    shapes = [(48, 16), (48, 16), (16, 48), (32, 32), (48, 16), (32, 32)]
+    make = [torch.Generator().manual_seed(i) for i in range(len(shapes))]
+    weights = [torch.nn.Parameter(torch.randn(*s, generator=g)) for s, g in zip(shapes, make, strict=True)]
+    alone = [torch.nn.Parameter(w.detach().clone()) for w in weights]
+    batched = Muon(weights, ns_dtype=ns_dtype, lr=0.02, momentum=0.95, weight_decay=0.1)
+    if ns_dtype == torch.bfloat16:
+        singles = [torch.optim.Muon([w], lr=0.02, momentum=0.95, weight_decay=0.1) for w in alone]
+    else:
+        singles = [Muon([w], ns_dtype=ns_dtype, lr=0.02, momentum=0.95, weight_decay=0.1) for w in alone]
+    start = [w.detach().clone() for w in weights]
+    for step in range(3):
+        for i, (w, v) in enumerate(zip(weights, alone, strict=True)):
+            w.grad = torch.randn(w.shape, generator=torch.Generator().manual_seed(100 * step + i))
+            v.grad = w.grad.clone()
+        batched.step()
+        for single in singles:
+            single.step()
+    for w, v, w0 in zip(weights, alone, start, strict=True):
+        moved, expected = w.detach() - w0, v.detach() - w0
+        assert (moved - expected).norm() / expected.norm() < tolerance
+    assert newton_schulz(torch.randn(3, 48, 16), (3.4445, -4.7750, 2.0315), 5, 1e-7, torch.float32).shape == (3, 48, 16)
