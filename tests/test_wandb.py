@@ -140,6 +140,8 @@ def test_a_cancel_stops_the_script_and_a_failing_one_ends_failed(service, tmp_pa
         wait_for(lambda: any(r["name"] == f"endless-{ending}" for r in c.get("/api/runs").json()["items"]),
                  timeout=60, message="the run")
         run_id = the_run(c, f"endless-{ending}")["id"]
+        # the run exists at wandb.init; stop it once it has logged (a slow machine's first send comes later)
+        wait_for(lambda: c.get(f"/api/runs/{run_id}").json()["last_step"] > 0, timeout=60, message="a logged step")
         if ending == "cancel":
             assert c.post(f"/api/runs/{run_id}/cancel").status_code == 200
         _, err = script.communicate(timeout=60)
