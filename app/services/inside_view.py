@@ -28,12 +28,17 @@ MAX_TEXT_CHARS = 20_000
 _forward = threading.Semaphore(1)  # one forward pass at a time, as generation is
 
 
+def piece_text(tokenizer, token: int) -> str:  # noqa: ANN001
+    """A token's text (a piece of a multi-byte character shows as the replacement character)."""
+    return tokenizer.token_bytes(token).decode("utf-8", errors="replace")
+
+
 def pieces(tokenizer, ids: list[int]) -> list[dict]:  # noqa: ANN001 (tinygpt's Tokenizer: torch loaded lazily)
     """Each token's text and whether it starts a word (a piece after another without a leading space or
     punctuation continues the word the tokenizer split)."""
     out = []
     for i, token in enumerate(ids):
-        text = tokenizer.token_bytes(token).decode("utf-8", errors="replace")
+        text = piece_text(tokenizer, token)
         starts = i == 0 or not text[:1].isalnum() or not out[-1]["text"][-1:].isalnum()
         out.append({"id": token, "text": text, "word_start": starts})
     return out
@@ -77,16 +82,15 @@ def inside_of(model, tokenizer, ids: list[int], *, layer: int | None = None, hea
         scores = probe_scores(model, tokenizer.vocab_size)
     quantised = (seen.attention * 255).round().to(torch.uint8)  # (L, H, T, T)
     n_bytes = len(tokenizer.decode_bytes(ids[1:]))
-    as_piece = lambda token: tokenizer.token_bytes(token).decode("utf-8", errors="replace")  # noqa: E731
     return {
         "tokens": pieces(tokenizer, ids),
         "layers": n_layers, "heads": n_heads,
         "token_loss": rounded(seen.token_loss),
         "mean_loss": seen.mean_loss, "mean_loss_bits": bits(seen.mean_loss),
         "bits_per_byte": bits(float(seen.token_loss.sum())) / max(n_bytes, 1),
-        "top": [[{"text": as_piece(t), "id": t, "prob": p} for t, p in zip(ti, tp, strict=True)]
+        "top": [[{"text": piece_text(tokenizer, t), "id": t, "prob": p} for t, p in zip(ti, tp, strict=True)]
                 for ti, tp in zip(seen.top_ids.tolist(), rounded(seen.top_probs), strict=True)],
-        "lens": {"top": [[as_piece(t) for t in row] for row in seen.lens_top.tolist()],
+        "lens": {"top": [[piece_text(tokenizer, t) for t in row] for row in seen.lens_top.tolist()],
                  "next_prob": rounded(seen.lens_next_prob),
                  "rows": ["embeddings", *(f"after block {i}" for i in range(n_layers))]},
         "attention_u8": base64.b64encode(quantised.numpy().tobytes()).decode(),
@@ -96,9 +100,9 @@ def inside_of(model, tokenizer, ids: list[int], *, layer: int | None = None, hea
     }
 
 
-def rounded(values) -> list:  # noqa: ANN001 (a tensor)
-    """A tensor as nested lists of numbers to 6 decimals (converted at once: a loop over elements is slow)."""
-    return values.double().round(decimals=6).tolist()
+def rounded(values, decimals: int = 6) -> list:  # noqa: ANN001 (a tensor)
+    """A tensor as nested lists of numbers to ``decimals`` (converted at once: a loop over elements is slow)."""
+    return values.double().round(decimals=decimals).tolist()
 
 
 _scores: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its head scores on the probe
@@ -163,7 +167,22 @@ def validation_reader(session: Session, *, run_id: int, settings: Settings, toke
         return None
     if not path.is_file():
         return None
-    return lambda: validation_tokens(path, tokenizer, context, settings.cache_dir)
+    return lambda: kept_split(path, tokenizer, context, settings.cache_dir, read=validation_tokens)
+
+
+_splits: dict[tuple, Any] = {}  # (corpus, its mtime, tokenizer, context) -> its validation split: the newest few
+SPLITS_KEPT = 4
+
+
+def kept_split(path: Path, tokenizer, context: int, cache_dir: Path, *, read: Callable) -> Any:  # noqa: ANN001, ANN401
+    """The validation split, read once per corpus file and tokenizer (a page asks for it twice: how many
+    passages, then the passage) rather than the corpus re-read and re-hashed each time."""
+    key = (str(path), path.stat().st_mtime, tokenizer.fingerprint(), context)
+    if key not in _splits:
+        while len(_splits) >= SPLITS_KEPT:
+            _splits.pop(next(iter(_splits)))
+        _splits[key] = read(path, tokenizer, context, cache_dir)
+    return _splits[key]
 
 
 def passages_of(validation: Callable[[], Any] | None, context: int) -> int:
@@ -191,8 +210,7 @@ def loss_difference(first: tuple, second: tuple, ids: list[int]) -> dict:
         a = look_inside(model_a, torch.tensor(ids)).token_loss
         b = look_inside(model_b, torch.tensor(ids)).token_loss
     diff = b - a
-    return {"tokens": pieces(tok_a, ids), "loss": [round(float(v), 6) for v in a],
-            "other_loss": [round(float(v), 6) for v in b], "difference": [round(float(v), 6) for v in diff],
+    return {"tokens": pieces(tok_a, ids), "loss": rounded(a), "other_loss": rounded(b), "difference": rounded(diff),
             "mean_loss": float(a.mean()), "other_mean_loss": float(b.mean()), "mean_difference": float(diff.mean())}
 
 
@@ -202,8 +220,8 @@ def embedding_map(model, tokenizer) -> dict:  # noqa: ANN001
 
     with _forward:
         xy, shares = embedding_pca(model)
-    return {"tokens": [tokenizer.token_bytes(i).decode("utf-8", errors="replace") for i in range(len(xy))],
-            "x": [round(float(v), 4) for v in xy[:, 0]], "y": [round(float(v), 4) for v in xy[:, 1]],
+    return {"tokens": [piece_text(tokenizer, i) for i in range(len(xy))],
+            "x": rounded(xy[:, 0], 4), "y": rounded(xy[:, 1], 4),
             "variance_share": [round(v, 4) for v in shares]}
 
 
