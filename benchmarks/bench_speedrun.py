@@ -1,17 +1,19 @@
-"""Time to target: the fast recipe (tinygpt/recipes.py) against the series' on holmes validation loss 3.76.
+"""Time to target: the fast recipe (tinygpt/recipes.py) against the series' on holmes validation loss 3.76, at each
+precision in turn: ``auto`` (what a user gets: bf16 on a CPU or GPU that computes it) and ``fp32``.
 
 The fast side is trained for real, once per seed in a process of its own, until the whole validation split's
-loss reaches the target (the trainer's own check, tinygpt.train.TARGET_MARGIN); the slowest seed counts. The
-series side is its recorded tokens to target (docs/runs/cpu-holmes-1500-fp32.csv, interpolated between the two
-evaluations around the target, which is in the series' favour) divided by the series step's tokens/s, measured
-here in the same run: both recipes' steps alternate a few rounds before the fast runs start. Time is training
-time as the dashboard shows it (``elapsed_sec``: evaluation, samples and checkpoints excluded), on this machine's
-CPU in fp32. On a GPU (``--device cuda``, scripts/gpu_check.sh) both recipes are trained to the target for real,
-in precision auto; ``--compile-mode reduce-overhead`` compiles both (CUDA graphs there), the compilation counted in
-the training time as the dashboard counts it.
+loss reaches the target (the trainer's own check, tinygpt.train.TARGET_MARGIN); the slowest seed counts. On a CPU
+the series side is its recorded tokens to target (SERIES_RECORDS: its fp32 run, or its bf16 run where ``auto``
+means bf16; interpolated between the two evaluations around the target, which is in the series' favour) divided
+by the series step's tokens/s, measured here at the same precision in the same run: both recipes' steps
+alternate a few rounds before the fast runs start. Time is training time as the dashboard shows it
+(``elapsed_sec``: evaluation, samples and checkpoints excluded). On a GPU (``--device cuda``,
+scripts/gpu_check.sh) both recipes are trained to the target for real, the fast recipe as it is on that device
+(on CUDA its variant: the series' options with CUDA graphs); ``--compile-mode reduce-overhead`` compiles both,
+the compilation counted in the training time as the dashboard counts it.
 
     python -m benchmarks.bench_speedrun [--seeds 1337,1,2] [--rounds 3] [--steps 5] [--device cuda]
-                                        [--compile-mode reduce-overhead]
+                                        [--compile-mode reduce-overhead] [--precisions auto,fp32]
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ from tinygpt.train import Trainer
 from .common import ROOT, holmes_path, machine, median, random_tokens
 
 SERIES_CSV = ROOT / "docs" / "runs" / "cpu-holmes-1500-fp32.csv"
+#: The series' recorded runs by the precision they trained in (the same seed and batches): a CPU's fp32 run, an
+#: H200's bf16 autocast (9.39M tokens to 3.76 against fp32's 9.38M: bf16 costs the series no sample efficiency)
+SERIES_RECORDS = {"fp32": SERIES_CSV, "bf16": ROOT / "docs" / "runs" / "h200-holmes-1500-bf16.csv"}
+#: What the benchmark measures on a CPU: what a user gets (the device's default precision), then the plain fp32 loop
+PRECISIONS = ("auto", "fp32")
 
 
 def tokens_to_target(rows: list[StepMetrics], target: float) -> float:
@@ -53,28 +60,37 @@ def tokens_to_target(rows: list[StepMetrics], target: float) -> float:
     raise ValueError(f"the validation loss never crosses {target}")
 
 
-def on_device(device: str, compile_mode: str | None = None) -> dict:
-    """The options every run here takes: the device, fp32 on a CPU (precision auto elsewhere), no samples; with
-    ``compile_mode``, compiled in that mode.
+def on_device(device: str, compile_mode: str | None = None, precision: str = "auto") -> dict:
+    """The options every run here takes: the device, the precision, no samples; with ``compile_mode``, compiled in
+    that mode.
 
-    >>> on_device("cuda", "reduce-overhead")["compile_mode"], "compile" in on_device("cpu")
-    ('reduce-overhead', False)
+    >>> on_device("cuda", "reduce-overhead")["compile_mode"], on_device("cpu", precision="fp32")["precision"]
+    ('reduce-overhead', 'fp32')
     """
     compiled = {"compile": True, "compile_mode": compile_mode} if compile_mode else {}
-    return {"device": device, "precision": "fp32" if device == "cpu" else "auto", "sample_tokens": 0, **compiled}
+    return {"device": device, "precision": precision, "sample_tokens": 0, **compiled}
 
 
-def step_rates(recipes: list[str], rounds: int, steps: int, device: str,
-               compile_mode: str | None = None) -> dict[str, float]:
+def resolved_precision(device: str, precision: str) -> str:
+    """What ``precision`` means on ``device`` (``auto``: bf16 where the device computes it, else fp32).
+
+    >>> resolved_precision("cpu", "fp32")
+    'fp32'
+    """
+    return dev.resolve_precision(precision, dev.resolve_device(device))
+
+
+def step_rates(recipes: list[str], rounds: int, steps: int, device: str, compile_mode: str | None = None,
+               precision: str = "auto") -> dict[str, float]:
     """Median tokens/s of each recipe's training step, the recipes alternating ``rounds`` times (random tokens:
     a step's cost does not depend on them)."""
-    configs = {r: TrainConfig.from_dict({"recipe": r, **on_device(device, compile_mode)}) for r in recipes}
+    configs = {r: TrainConfig.from_dict({"recipe": r, **on_device(device, compile_mode, precision)}) for r in recipes}
     data = {r: random_tokens(c.model_config().vocab_size, 300_000) for r, c in configs.items()}
     rates: dict[str, list[float]] = {r: [] for r in recipes}
     with tempfile.TemporaryDirectory() as tmp:
         trainers = {r: Trainer(c, f"{tmp}/{r}", tokens=data[r][0], tokenizer=data[r][1]) for r, c in configs.items()}
         for trainer in trainers.values():
-            warm_up(trainer, 3 if compile_mode else 1)  # CUDA graph trees replay from the third call
+            warm_up(trainer, 3 if trainer.config.compile else 1)  # CUDA graph trees replay from the third call
         for _ in range(rounds):
             for name, trainer in trainers.items():
                 rates[name].append(timed_steps(trainer, steps))
@@ -119,9 +135,9 @@ class StopAtTarget(Callbacks):
 
 
 def train_to_target(recipe: str, seed: int, target: float, corpus: Path, cache_dir: Path, device: str,
-                    compile_mode: str | None = None, **options: object) -> dict:
+                    compile_mode: str | None = None, precision: str = "auto", **options: object) -> dict:
     config = TrainConfig.from_dict({"recipe": recipe, "seed": seed, "corpus": str(corpus),
-                                    **on_device(device, compile_mode), **options})
+                                    **on_device(device, compile_mode, precision), **options})
     stop = StopAtTarget(target)
     with tempfile.TemporaryDirectory() as out:
         result = Trainer(config, out, callbacks=stop, cache_dir=cache_dir).run()
@@ -138,30 +154,42 @@ def in_own_process(fn: Callable[..., dict], *args: object, **kwargs: object) -> 
         return pool.submit(fn, *args, **kwargs).result()
 
 
-def run(seeds: tuple[int, ...] = (1337, 1, 2), rounds: int = 3, steps: int = 5, device: str = "cpu",
-        compile_mode: str | None = None) -> dict:
-    corpus = holmes_path()
-    target = known_target(corpus.read_text(encoding="utf-8"))
-    rates = step_rates(["series", "fast"], rounds, steps, device, compile_mode)
-    with tempfile.TemporaryDirectory() as cache:
-        if device == "cpu":  # two hours of this CPU: the series' recorded run, at the step's speed measured here
-            series_run = None
-            series_tokens = tokens_to_target(read_metrics_csv(SERIES_CSV), target)
-            series_sec = series_tokens / rates["series"]
-        else:  # evaluated as often as the fast recipe, so that both are timed as finely
-            series_run = in_own_process(train_to_target, "series", seeds[0], target, corpus, Path(cache), device,
-                                        compile_mode, eval_every=40)
-            series_tokens, series_sec = series_run["tokens"], series_run["train_sec"]
-        runs = [in_own_process(train_to_target, "fast", seed, target, corpus, Path(cache), device, compile_mode)
-                for seed in seeds]
+def at_precision(precision: str, seeds: tuple[int, ...], rounds: int, steps: int, device: str,
+                 compile_mode: str | None, corpus: Path, target: float, cache: Path) -> dict:
+    """Both recipes at one precision: the steps side by side, the fast recipe trained to the target per seed, the
+    series trained to it too on an accelerator or, on a CPU, its recorded tokens at its step's rate measured here."""
+    rates = step_rates(["series", "fast"], rounds, steps, device, compile_mode, precision)
+    resolved = resolved_precision(device, precision)
+    if device == "cpu":  # hours of this CPU: the series' recorded run, at the step's speed measured here
+        series_run, record = None, SERIES_RECORDS[resolved]
+        series_tokens = tokens_to_target(read_metrics_csv(record), target)
+        series_sec = series_tokens / rates["series"]
+    else:  # evaluated as often as the fast recipe, so that both are timed as finely
+        series_run, record = in_own_process(train_to_target, "series", seeds[0], target, corpus, cache, device,
+                                            compile_mode, precision, eval_every=40), None
+        series_tokens, series_sec = series_run["tokens"], series_run["train_sec"]
+    runs = [in_own_process(train_to_target, "fast", seed, target, corpus, cache, device, compile_mode, precision)
+            for seed in seeds]
     slowest = max((r["train_sec"] for r in runs), default=None) if all(r["reached"] for r in runs) else None
     return {
-        "target": target, "device": device, "compile_mode": compile_mode, "threads": torch.get_num_threads(), "fast_options": RECIPES["fast"].options,
-        "series_tokens_to_target": series_tokens, "series_tokens_per_sec": rates["series"],
-        "fast_step_tokens_per_sec": rates["fast"], "series_sec_to_target": series_sec, "series_run": series_run,
-        "fast_runs": runs, "fast_slowest_sec": slowest,
+        "precision": precision, "resolved_precision": resolved,
+        "series_record": record and str(record.relative_to(ROOT)), "series_tokens_to_target": series_tokens,
+        "series_tokens_per_sec": rates["series"], "fast_step_tokens_per_sec": rates["fast"],
+        "series_sec_to_target": series_sec, "series_run": series_run, "fast_runs": runs, "fast_slowest_sec": slowest,
         "fast_over_series": slowest / series_sec if slowest and series_sec else None,
     }
+
+
+def run(seeds: tuple[int, ...] = (1337, 1, 2), rounds: int = 3, steps: int = 5, device: str = "cpu",
+        compile_mode: str | None = None, precisions: tuple[str, ...] = PRECISIONS) -> dict:
+    """Each precision in ``precisions`` in turn (on a CPU: ``auto``, what a user gets, then fp32)."""
+    corpus = holmes_path()
+    target = known_target(corpus.read_text(encoding="utf-8"))
+    with tempfile.TemporaryDirectory() as cache:
+        by_precision = [at_precision(p, seeds, rounds, steps, device, compile_mode, corpus, target, Path(cache))
+                        for p in precisions]
+    return {"target": target, "device": device, "compile_mode": compile_mode, "threads": torch.get_num_threads(),
+            "fast_options": RECIPES["fast"].options, "precisions": by_precision}
 
 
 def main() -> None:
@@ -171,10 +199,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--compile-mode", choices=COMPILE_MODES, help="compile both recipes in this mode (default: eager)")
+    ap.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated, measured in turn")
     args = ap.parse_args()
     print(machine())
     seeds = tuple(int(s) for s in args.seeds.split(","))
-    print(json.dumps(run(seeds, args.rounds, args.steps, args.device, args.compile_mode), indent=2))
+    print(json.dumps(run(seeds, args.rounds, args.steps, args.device, args.compile_mode,
+                     tuple(args.precisions.split(","))), indent=2))
 
 
 if __name__ == "__main__":

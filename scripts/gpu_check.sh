@@ -3,8 +3,9 @@
 #   1. the holmes benchmark sweep (tinygpt bench: batch 8..256 x fp32/bf16/fp16),
 #   2. the launch-bound step, holmes batch 32 bf16: eager against CUDA graphs, and where an eager step's time
 #      goes (benchmarks/bench_gpu_step.py),
-#   3. both recipes (series, fast) trained to holmes 3.76: time to target (benchmarks/bench_speedrun.py), eager and
-#      with CUDA graphs (compile_mode reduce-overhead; stopped with SIGABRT at its limit, so that Python's
+#   3. both recipes trained to holmes 3.76 at precision auto and fp32: time to target (benchmarks/bench_speedrun.py):
+#      the series eager, and the device's fast recipe (on CUDA: the series' options with CUDA graphs, the
+#      recipe's CUDA variant in tinygpt/recipes.py; stopped with SIGABRT at its limit, so that Python's
 #      faulthandler prints where every thread was),
 #   4. the GPU-marked tests (device resolution, bf16/fp16 training, memory figures, the deferred NaN guard, CUDA
 #      graphs, CPU/GPU curves within 0.02, cached sampling, OOM in a sweep), and beside them, all at once, every
@@ -70,14 +71,12 @@ PY
 echo "== the launch-bound step: holmes batch 32 bf16, eager and CUDA graphs"
 timeout -k 10 85 "$py" -m benchmarks.bench_gpu_step --device cuda 2>&1 | tee "$out/step.txt"
 
-echo "== time to target: series and fast recipes to holmes 3.76 (one seed)"
+echo "== time to target: the series and the device's fast recipe to holmes 3.76 (one seed), auto and fp32"
 if $standin; then
   echo "skipped: needs the Holmes corpus (the stand-in has no known target)"
 else
-  timeout -k 10 115 "$py" -m benchmarks.bench_speedrun --device cuda --seeds 1337 2>&1 | tee "$out/speedrun.txt"
-  echo "== time to target with CUDA graphs (compile_mode reduce-overhead)"
-  PYTHONFAULTHANDLER=1 timeout -s ABRT -k 10 165 "$py" -m benchmarks.bench_speedrun --device cuda --seeds 1337 \
-    --steps 10 --compile-mode reduce-overhead 2>&1 | tee "$out/speedrun-graphs.txt"
+  PYTHONFAULTHANDLER=1 timeout -s ABRT -k 10 240 "$py" -m benchmarks.bench_speedrun --device cuda --seeds 1337 \
+    --steps 10 2>&1 | tee "$out/speedrun.txt"
 fi
 
 echo "== GPU tests, and beside them the trainings of recipes/gpu-runs/check.txt"

@@ -140,13 +140,16 @@ def as_number(value: object) -> object:
 
 
 def test_choosing_a_recipe_fills_its_options_and_the_series_undoes_them(site, page):
-    from tinygpt.recipes import RECIPES, with_recipe
+    from tinygpt.device import cpu_has_bf16, cpu_name
+    from tinygpt.recipes import RECIPES, guide, with_recipe
 
     fast = RECIPES["fast"].options
     page.goto(f"{site.url}/new")
     before = form_values(page, list(fast))
+    assert page.text_content("#recipe-info") == guide("series", "cpu", cpu_name(), cpu_has_bf16())
     page.select_option("select[name=recipe]", "fast")
     assert form_values(page, list(fast)) == fast
+    assert page.text_content("#recipe-info") == guide("fast", "cpu", cpu_name(), cpu_has_bf16())
     params = model_size(TrainConfig(**with_recipe({"recipe": "fast"})).model_config(), fast["batch_size"])["params"]
     page.wait_for_function(f"document.querySelector('#preset-info').textContent.includes('{params:,} parameters')")
     shot(page, "new-run-fast-recipe")

@@ -19,8 +19,10 @@ from app.models import Run, RunCreate
 from app.services.sweeps import sweep_detail
 from app.settings import Settings
 from app.sweep_submit import submit_local
+from app.web.pages import recipe_choices
+from tinygpt.device import cpu_has_bf16, cpu_name
 from tinygpt.optimization import lr_at
-from tinygpt.recipes import FAST_BASE, RECIPES
+from tinygpt.recipes import FAST_BASE, RECIPES, TIMES_TO_TARGET, closest_times, guide
 from tinygpt.run_config import OPTIONS, TrainConfig
 
 from .service_helpers import ROOT, tinygpt_here
@@ -63,6 +65,90 @@ def test_the_fast_recipe_decays_to_zero_and_starts_dropout_late():
     config = TrainConfig.from_dict({"recipe": "fast"})
     assert (config.steps, config.min_lr_ratio, config.dropout_start) == (1008, 0.0, 0.5)
     assert [config.dropout_on(step) for step in (0, 503, 504, 1007)] == [False, False, True, True]
+
+
+def test_fast_on_a_gpu_is_the_series_options_with_cuda_graphs_and_the_given_ones_win():
+    series = TrainConfig().validate().to_dict()
+    for device in ("cuda", "cuda:1"):
+        config = TrainConfig.from_dict({"recipe": "fast", "device": device})
+        assert config.to_dict() == {**series, "recipe": "fast", "device": device, "compile": True,
+                                    "compile_mode": "reduce-overhead"}
+    given = TrainConfig.from_dict({"recipe": "fast", "device": "cuda", "compile_mode": "default", "steps": 9})
+    assert (given.compile, given.compile_mode, given.steps, given.optimizer) == (True, "default", 9, "adamw")
+    # the other devices take the CPU's recipe
+    for device in ("cpu", "mps", "xla"):
+        config = TrainConfig.from_dict({"recipe": "fast", "device": device})
+        assert {k: getattr(config, k) for k in FAST} == FAST and not config.compile
+
+
+def test_device_auto_takes_the_recipe_of_the_device_auto_picks(monkeypatch):
+    import torch
+
+    import tinygpt.device
+
+    for picked, optimizer, compiled in (("cuda", "adamw", True), ("cpu", "muon", False)):
+        monkeypatch.setattr(tinygpt.device, "resolve_device", lambda name, picked=picked: torch.device(picked))
+        config = TrainConfig.from_dict({"recipe": "fast"})
+        assert (config.device, config.optimizer, config.compile) == ("auto", optimizer, compiled)
+
+
+def test_the_closest_recorded_time_is_the_same_model_then_the_same_bf16_ability():
+    h200 = [t for t in TIMES_TO_TARGET if t.recipe == "fast" and t.kind == "cuda"]
+    assert closest_times("fast", "cuda", "NVIDIA H200", True) == (h200, True)
+    assert closest_times("fast", "cuda", "NVIDIA H100 80GB HBM3", True) == (h200, False)
+    assert closest_times("fast", "mps", "Apple GPU (MPS)") == ([], False)
+    assert closest_times("fast-best", "cuda", "NVIDIA H200", True) == ([], False)
+    assert guide("fast", "cuda", "NVIDIA H100 80GB HBM3", True) == (
+        "On a CUDA GPU: the series' own options with CUDA graphs (compile, reduce-overhead), the fastest way to "
+        "holmes 3.76 measured on a GPU (docs/SPEEDRUN.md sections 14 and 18): the CPU's fast recipe is launch-bound "
+        "there and took 1.3-1.6x the series' eager time. Measured to holmes 3.76: 8 s at bf16 (the slowest of 2 "
+        "seeds) on an NVIDIA H200, the closest hardware recorded.")
+    assert guide("fast-best", "mps").endswith(". No time to holmes 3.76 recorded on a mps device yet.")
+
+
+def test_every_recorded_time_to_target_is_the_benchmarks_own():
+    gpu = json.loads((ROOT / "benchmarks" / "gpu_results.json").read_text())["speedrun"]
+    measured = {("series", "cuda", "bf16"): (round(gpu["series_run"]["train_sec"], 1), 1),
+                ("fast", "cuda", "bf16"): (max(gpu["graphs"]["series"]["train_sec"]),
+                                           len(gpu["graphs"]["series"]["train_sec"]))}
+    cpu = json.loads((ROOT / "benchmarks" / "cpu_bf16_results.json").read_text())
+    for at in cpu["speedrun"]["precisions"]:
+        measured[("fast", "cpu", at["resolved_precision"])] = (round(at["fast_slowest_sec"], 1), len(at["fast_runs"]))
+        measured[("series", "cpu", at["resolved_precision"])] = (round(at["series_sec_to_target"], 1), 1)
+    assert {(t.recipe, t.kind, t.precision): (t.seconds, t.seeds) for t in TIMES_TO_TARGET} == measured
+    assert {t.model for t in TIMES_TO_TARGET if t.kind == "cpu"} == {cpu["machine"].split(",")[0]}
+
+
+def test_the_form_offers_each_device_its_recipes_values_and_guides(monkeypatch):
+    import torch
+
+    import tinygpt.device
+
+    monkeypatch.setattr(tinygpt.device, "resolve_device", lambda name: torch.device("cuda"))
+    devices = [
+        {"device": "cpu", "available": True, "reason": None,
+         "description": {"type": "cpu", "name": "AMD EPYC", "auto_precision": "fp32"}},
+        {"device": "cuda:0", "available": True, "reason": None,
+         "description": {"type": "cuda", "name": "NVIDIA H100 80GB HBM3", "bf16": True}},
+        {"device": "mps", "available": False, "reason": "no Apple GPU", "description": None},
+    ]
+    choices = recipe_choices(devices)
+    assert {name: c["kind"] for name, c in choices.items()} == {"auto": "cuda", "cpu": "cpu", "cuda:0": "cuda"}
+    assert choices["auto"] == choices["cuda:0"]
+    gpu_fast, cpu_fast = choices["cuda:0"]["values"]["fast"], choices["cpu"]["values"]["fast"]
+    assert (gpu_fast["compile"], gpu_fast["compile_mode"], gpu_fast["optimizer"], gpu_fast["n_layers"]) == \
+        (True, "reduce-overhead", "adamw", None)
+    assert {k: cpu_fast[k] for k in FAST} == FAST and (cpu_fast["compile"], cpu_fast["compile_mode"]) == (False, "default")
+    assert choices["cuda:0"]["guides"] == {r: guide(r, "cuda", "NVIDIA H100 80GB HBM3", True) for r in RECIPES}
+    assert choices["cpu"]["guides"]["fast"] == guide("fast", "cpu", "AMD EPYC", False)
+
+
+def test_the_form_says_what_the_chosen_recipe_is_for_here(make_app):
+    from markupsafe import escape
+
+    page = make_app().get("/new", params={"recipe": "fast"})
+    said = re.search(r'<p class="muted" id="recipe-info" aria-live="polite">([^<]*)</p>', page.text)[1]
+    assert said == escape(guide("fast", "cpu", cpu_name(), cpu_has_bf16()))
 
 
 def test_an_unknown_recipe_is_refused_naming_the_choices():
@@ -146,3 +232,22 @@ def test_a_kept_sweep_is_taken_as_it_is(path, tmp_path, slice_path):
             assert run.config.get(name, value) == value, name
         for name, parameter in config["parameters"].items():
             assert run.config[name] in parameter.get("values", [parameter.get("value")]), name
+
+
+def test_the_gpu_checks_trainings_are_runs_tinygpt_train_takes():
+    """recipes/gpu-runs/check.txt is run only where a GPU is lent: each line must be a run ``tinygpt train``
+    accepts there, and the line that trains the CPU's fast recipe on the GPU must be that recipe's options."""
+    from tinygpt.cli import build_parser
+
+    parser = build_parser()
+    lines = [line.split() for line in (ROOT / "recipes" / "gpu-runs" / "check.txt").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    configs = {}
+    for name, *options in lines:
+        args = parser.parse_args(["train", *options, "--device", "cuda", "--sample-tokens", "0", "--no-progress",
+                                  "--out", "runs/" + name])
+        configs[name] = TrainConfig.from_dict({n: getattr(args, n) for n in OPTIONS if hasattr(args, n)})
+    assert len(configs) == len(lines) >= 10
+    cpu_fast = configs["cpu-fast-graphs"]
+    assert {k: getattr(cpu_fast, k) for k in FAST} == FAST
+    assert (cpu_fast.compile, cpu_fast.compile_mode, cpu_fast.device) == (True, "reduce-overhead", "cuda")

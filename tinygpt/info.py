@@ -72,6 +72,9 @@ def print_presets() -> None:
     for r in list_recipes():
         options = ", ".join(f"{k} {v}" for k, v in r["options"].items()) or "the defaults"
         print_entry(r["name"], r["description"], options)
+        for kind, variant in r["on_device"].items():
+            changed = ", ".join(f"{k} {v}" for k, v in variant["options"].items())
+            print_entry("", f"on {kind} (--device {kind}, or auto there): {changed}, the rest the defaults")
 
 
 def print_devices() -> None:

@@ -3,8 +3,16 @@
 given; the ones given win. ``series`` is the tiny-GPT series' own recipe: the declaration's defaults
 (tinygpt/run_config.py), unchanged. Each other recipe says where its values were found (docs/SPEEDRUN.md).
 
->>> with_recipe({"recipe": "fast", "lr": 0.005})["lr"], with_recipe({"recipe": "fast"})["optimizer"]
+A recipe knows its device: where what is fastest differs on one kind of device (``fast`` on a CUDA GPU), its
+:class:`Variant` for that kind replaces its options there; the run's ``device`` option says which (``auto``: what
+it picks on the machine that resolves the options, as the run's own device choice does). :data:`TIMES_TO_TARGET`
+holds what each recipe was measured to take to holmes 3.76 (BENCHMARKS.md), and :func:`closest_time` picks the
+record nearest a device, for the form.
+
+>>> with_recipe({"recipe": "fast", "lr": 0.005, "device": "cpu"})["lr"], with_recipe({"recipe": "fast", "device": "cpu"})["optimizer"]
 (0.005, 'muon')
+>>> with_recipe({"recipe": "fast", "device": "cuda"})["compile_mode"]
+'reduce-overhead'
 >>> with_recipe({"steps": 10})
 {'steps': 10}
 """
@@ -16,10 +24,26 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class Variant:
+    """What a recipe means on one kind of device, where the options fastest there differ from its own."""
+    description: str
+    options: dict = field(default_factory=dict)  # replace the recipe's options on that kind of device
+
+
+@dataclass(frozen=True)
 class Recipe:
     name: str
     description: str
     options: dict = field(default_factory=dict)  # run options (TrainConfig's fields) and their values
+    variants: dict[str, Variant] = field(default_factory=dict)  # by device type (cuda, mps, xla)
+
+    def on(self, kind: str) -> Variant:
+        """The recipe on a device of type ``kind`` (cpu, cuda, mps, xla): its variant there, else itself.
+
+        >>> RECIPES["fast"].on("cuda").options["compile"], RECIPES["fast"].on("mps").options["optimizer"]
+        (True, 'muon')
+        """
+        return self.variants.get(kind) or Variant(self.description, self.options)
 
 
 #: What the fast recipes share (docs/SPEEDRUN.md sections 1-10): the model, the optimizer and the schedule's shape.
@@ -38,6 +62,11 @@ RECIPES: dict[str, Recipe] = {
             "1,008 steps",
             {**FAST_BASE, "batch_size": 16, "steps": 1008, "min_lr_ratio": 0.0, "dropout_start": 0.5,
              "eval_every": 48},
+            {"cuda": Variant(
+                "on a CUDA GPU: the series' own options with CUDA graphs (compile, reduce-overhead), the fastest way "
+                "to holmes 3.76 measured on a GPU (docs/SPEEDRUN.md sections 14 and 18): the CPU's fast recipe is "
+                "launch-bound there and took 1.3-1.6x the series' eager time",
+                {"compile": True, "compile_mode": "reduce-overhead"})},
         ),
         Recipe(
             "fast-best",
@@ -54,17 +83,110 @@ RECIPES: dict[str, Recipe] = {
 DEFAULT_RECIPE = "series"
 
 
+@dataclass(frozen=True)
+class TimeToTarget:
+    """A recipe's measured time to holmes validation loss 3.76 on one kind of hardware (BENCHMARKS.md): the slowest
+    seed's training time as the dashboard shows it (evaluation excluded, compilation included)."""
+    recipe: str
+    kind: str  # the device type: cpu, cuda
+    model: str  # the device's name as this machine reports it (tinygpt.device.describe_device): "AMD EPYC"
+    hardware: str  # what the form calls it: "a 2-core AMD EPYC with AVX512-BF16"
+    bf16: bool  # whether the hardware computes bf16 (precision auto picks it there)
+    precision: str  # what the runs trained in
+    seconds: float
+    seeds: int
+    source: str  # where BENCHMARKS.md has it
+
+
+#: Every recorded time to 3.76 (tests/test_recipes.py holds each to the benchmark's results files).
+TIMES_TO_TARGET: tuple[TimeToTarget, ...] = (
+    TimeToTarget("series", "cuda", "NVIDIA H200", "an NVIDIA H200", True, "bf16", 18.3, 1,
+                 "BENCHMARKS.md, GPU: time to holmes 3.76, eager (2026-12-04)"),
+    TimeToTarget("fast", "cuda", "NVIDIA H200", "an NVIDIA H200", True, "bf16", 8.0, 2,
+                 "BENCHMARKS.md, GPU: time to holmes 3.76, CUDA graphs (2026-12-04; the series' options)"),
+)
+
+
+def closest_times(recipe: str, kind: str, model: str = "", bf16: bool = False) -> tuple[list[TimeToTarget], bool]:
+    """The recorded times of ``recipe`` on the hardware closest to a ``kind`` device named ``model`` that does (or
+    does not) compute bf16: the same kind, then the same model, then the same bf16 ability; and whether that
+    hardware is the device's own model. ([], False) where none is recorded on that kind.
+
+    >>> times, same = closest_times("fast", "cuda", "NVIDIA H100 80GB HBM3", bf16=True)
+    >>> times[0].hardware, same
+    ('an NVIDIA H200', False)
+    """
+    on_kind = [t for t in TIMES_TO_TARGET if t.recipe == recipe and t.kind == kind]
+    if not on_kind:
+        return [], False
+    rank = {t.hardware: (t.model in model, t.bf16 == bf16) for t in on_kind}
+    nearest = max(rank, key=lambda hardware: rank[hardware])
+    return [t for t in on_kind if t.hardware == nearest], rank[nearest][0]
+
+
+def duration(seconds: float) -> str:
+    """A training time as the form says it.
+
+    >>> duration(7.6), duration(905.0)
+    ('8 s', '15.1 min')
+    """
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def guide(recipe: str, kind: str, model: str = "", bf16: bool = False) -> str:
+    """What ``recipe`` is for on a ``kind`` device, and its measured time to 3.76 on the closest recorded
+    hardware (the new-run form shows it beside the recipe).
+
+    >>> guide("fast", "mps")[:30]
+    'Holmes validation loss 3.76 in'
+    >>> guide("fast", "cuda", "NVIDIA H200", True).split(". ")[-1]
+    'Measured to holmes 3.76: 8 s at bf16 (the slowest of 2 seeds) on an NVIDIA H200.'
+    """
+    about = RECIPES[recipe].on(kind).description
+    times, same = closest_times(recipe, kind, model, bf16)
+    if not times:
+        return f"{about[0].upper()}{about[1:]}. No time to holmes 3.76 recorded on a {kind} device yet."
+    measured = ", ".join(f"{duration(t.seconds)} at {t.precision} (the slowest of {t.seeds} seed"
+                         f"{'s' if t.seeds != 1 else ''})" for t in times)
+    where = times[0].hardware + ("" if same else ", the closest hardware recorded")
+    return f"{about[0].upper()}{about[1:]}. Measured to holmes 3.76: {measured} on {where}."
+
+
+def device_kind(device: object) -> str:
+    """The type of the device a run's ``device`` option names: ``cuda:1`` -> cuda; ``auto``: what it resolves to on
+    this machine (:func:`tinygpt.device.resolve_device`).
+
+    >>> device_kind("cuda:1"), device_kind("cpu")
+    ('cuda', 'cpu')
+    """
+    name = str(device)
+    if name == "auto":
+        from .device import resolve_device  # torch's probes, only for auto
+
+        return resolve_device("auto").type
+    return name.split(":")[0]
+
+
 def with_recipe(options: Mapping[str, object]) -> dict:
-    """``options`` over their recipe's values (``options["recipe"]``, else the series'): the ones given win. An
-    unknown recipe adds nothing here; the ``recipe`` option's own check names it."""
+    """``options`` over their recipe's values on their device (``options["recipe"]``, else the series'): the ones
+    given win. An unknown recipe adds nothing here; the ``recipe`` option's own check names it."""
     recipe = RECIPES.get(str(options.get("recipe", DEFAULT_RECIPE)))
-    return {**recipe.options, **options} if recipe is not None else dict(options)
+    if recipe is None or not (recipe.options or recipe.variants):
+        return dict(options)
+    return {**recipe.on(device_kind(options.get("device", "auto"))).options, **options}
 
 
 def list_recipes() -> list[dict]:
-    """Every recipe as data (``GET /api/recipes``, the new-run form): name, description, options.
+    """Every recipe as data (``GET /api/recipes``, ``tinygpt info``): name, description, options, what it means on
+    the devices where it differs, and its recorded times to holmes 3.76.
 
-    >>> [r["name"] for r in list_recipes()]
-    ['series', 'fast', 'fast-best']
+    >>> [r["name"] for r in list_recipes()], list(list_recipes()[1]["on_device"])
+    (['series', 'fast', 'fast-best'], ['cuda'])
     """
-    return [{"name": r.name, "description": r.description, "options": dict(r.options)} for r in RECIPES.values()]
+    return [{"name": r.name, "description": r.description, "options": dict(r.options),
+             "on_device": {kind: {"description": v.description, "options": dict(v.options)}
+                           for kind, v in r.variants.items()},
+             "times_to_target": [{"device": t.kind, "hardware": t.hardware, "precision": t.precision,
+                                  "seconds": t.seconds, "seeds": t.seeds, "source": t.source}
+                                 for t in TIMES_TO_TARGET if t.recipe == r.name]}
+            for r in RECIPES.values()]

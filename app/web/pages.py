@@ -13,7 +13,7 @@ from starlette.datastructures import UploadFile as StarletteUpload
 
 from tinygpt.options import GROUPS, Option, unknown_name_message
 from tinygpt.presets import ARCHS, PRESETS, list_presets, model_config
-from tinygpt.recipes import RECIPES, with_recipe
+from tinygpt.recipes import RECIPES, device_kind, guide, with_recipe
 from tinygpt.records import unreached_line
 from tinygpt.run_config import MODEL_OVERRIDES, TrainConfig
 
@@ -52,11 +52,30 @@ FORM_DEFAULTS: dict[str, Any] = {
 }
 
 
-def recipe_form_values() -> dict[str, dict[str, Any]]:
-    """What choosing each recipe sets in the form: every option some recipe sets, at that recipe's value, else
-    at the form's default (so that choosing ``series`` again undoes ``fast``)."""
-    names = {name for recipe in RECIPES.values() for name in recipe.options}
-    return {r: {n: with_recipe({"recipe": r}).get(n, FORM_DEFAULTS[n]) for n in sorted(names)} for r in RECIPES}
+def recipe_form_values(kind: str) -> dict[str, dict[str, Any]]:
+    """What choosing each recipe sets in the form for a ``kind`` device (cpu, cuda): every option some recipe sets
+    on some device, at that recipe's value there, else at the form's default (so that choosing ``series`` again
+    undoes ``fast``)."""
+    names = {name for recipe in RECIPES.values() for v in (recipe, *recipe.variants.values()) for name in v.options}
+    return {r: {n: with_recipe({"recipe": r, "device": kind}).get(n, FORM_DEFAULTS[n]) for n in sorted(names)}
+            for r in RECIPES}
+
+
+def recipe_choices(devices: list[dict]) -> dict[str, dict]:
+    """The form's recipes on each device it offers (``auto`` and every available one): the device's kind, what each
+    recipe sets there and what it is for there with its time to 3.76 on the closest recorded hardware
+    (:func:`tinygpt.recipes.guide`). The page's script only looks these up when the device or recipe changes."""
+    usable = [d for d in devices if d["available"] and d["description"]]
+    auto = device_kind("auto")
+    chosen = {"auto": next((d for d in usable if d["description"]["type"] == auto), usable[0]),
+              **{d["device"]: d for d in usable}}
+    by_device = {}
+    for name, d in chosen.items():
+        about = d["description"]
+        kind, bf16 = about["type"], about.get("bf16", about.get("auto_precision") == "bf16")
+        by_device[name] = {"kind": kind, "values": recipe_form_values(kind),
+                           "guides": {r: guide(r, kind, about.get("name", ""), bool(bf16)) for r in RECIPES}}
+    return by_device
 
 
 CHECKBOXES = tuple(name for name, field in RunCreate.model_fields.items() if field.annotation is bool)
@@ -142,7 +161,8 @@ def runs_partial(request: Request, session: SessionDep, filters: FiltersDep) -> 
 def form_context(session: SessionDep, settings: SettingsDep, values: dict, errors: dict) -> dict:
     devices = list(machine_devices())
     return {
-        "nav": "new", "values": values, "errors": errors, "presets": list_presets(), "recipes": recipe_form_values(),
+        "nav": "new", "values": values, "errors": errors, "presets": list_presets(),
+        "recipes": recipe_choices(devices),
         "datasets": ds_svc.list_datasets(session, settings=settings), "devices": devices,
         "gpu_available": any(d["device"].startswith("cuda") and d["available"] for d in devices),
         "max_upload_mb": settings.max_upload_mb, "speed_estimates": bench_svc.speed_estimates(session),
@@ -159,7 +179,7 @@ def new_run_page(request: Request, session: SessionDep, settings: SettingsDep,
     if recipe is not None:  # e.g. /new?recipe=fast: the form filled with a recipe's options
         if recipe not in RECIPES:
             raise Invalid(unknown_name_message(recipe, RECIPES, "recipe"), field="recipe")
-        values.update(with_recipe({"recipe": recipe}))
+        values.update(with_recipe({"recipe": recipe, "device": values["device"]}))
     if from_ is not None:  # "run again": the form prefilled from an earlier run
         run = svc.get_run(session, run_id=from_)
         values.update(shown_config(run.config), device=run.requested_device, name=f"{run.name} (again)", tags=run.tags,

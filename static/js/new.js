@@ -3,7 +3,9 @@
 "use strict";
 function setupNewRunForm() {
   const presets = TG.readJSON("presets-data");
-  const recipes = TG.readJSON("recipes-data"); // recipe -> the form's values for the options recipes set
+  // device -> its kind, recipe -> the form's values there for the options recipes set, recipe -> what it is for
+  // there (the server's: tinygpt.recipes.guide)
+  const recipes = TG.readJSON("recipes-data");
   const datasets = TG.readJSON("datasets-data");
   const speeds = TG.readJSON("speed-data");
   const byName = Object.fromEntries(presets.map((p) => [p.name, p]));
@@ -84,13 +86,27 @@ function setupNewRunForm() {
     if (input.type === "checkbox") input.checked = Boolean(value);
     else input.value = value == null ? "" : value;
   }
+  // What the chosen recipe is for on the chosen device, and its measured time to 3.76.
+  const onDevice = () => recipes[field("device").value] || recipes.auto;
+  function showRecipe() {
+    $("#recipe-info").textContent = onDevice().guides[field("recipe").value];
+  }
+  function fillRecipe() {
+    for (const [key, value] of Object.entries(onDevice().values[field("recipe").value])) setField(key, value);
+  }
   // Choosing a preset fills in its suggested steps, batch size and evaluation interval; choosing a recipe,
-  // the recipe's options (the server's values: GET /api/recipes).
+  // the recipe's options on the chosen device (the server's values), again when the device's kind changes.
+  let kind = onDevice().kind;
   document.getElementById("new-form").addEventListener("change", (ev) => {
     if (ev.target.name === "preset") {
       for (const [key, value] of Object.entries(byName[ev.target.value].training)) setField(key, value);
     } else if (ev.target.name === "recipe") {
-      for (const [key, value] of Object.entries(recipes[ev.target.value])) setField(key, value);
+      fillRecipe();
+      showRecipe();
+    } else if (ev.target.name === "device") {
+      if (onDevice().kind !== kind && field("recipe").value !== "series") fillRecipe();
+      kind = onDevice().kind;
+      showRecipe();
     } else return;
     update();
   });
