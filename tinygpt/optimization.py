@@ -152,9 +152,13 @@ class Muon(torch.optim.Muon):
 
     @torch.no_grad()
     def step(self, closure: None = None) -> None:  # type: ignore[override]
+        """One update of every matrix: the momentum buffers and the weights moved by multi-tensor (foreach) ops,
+        and one Newton-Schulz chain per shape, so a step is a few dozen kernel launches whatever the matrix count."""
         for group in self.param_groups:
             live = [p for p in group["params"] if p.grad is not None]
-            updates = [self.momentum_update(p, group) for p in live]
+            if not live:
+                continue
+            updates = self.momentum_updates(live, group)
             by_shape: dict[torch.Size, list[int]] = {}
             for i, param in enumerate(live):
                 by_shape.setdefault(param.shape, []).append(i)
@@ -162,16 +166,18 @@ class Muon(torch.optim.Muon):
                 stacked = torch.stack([updates[i] for i in members])  # (B, rows, cols)
                 ortho = newton_schulz(stacked, group["ns_coefficients"], group["ns_steps"], group["eps"],
                                       self.ns_dtype)
-                for update, i in zip(ortho, members, strict=True):
-                    live[i].mul_(1 - group["lr"] * group["weight_decay"])
-                    live[i].add_(update, alpha=-group["lr"] * math.sqrt(max(1, rows / cols)))  # torch's "original"
+                params = [live[i] for i in members]
+                torch._foreach_mul_(params, 1 - group["lr"] * group["weight_decay"])
+                # torch's "original" scale: sqrt(rows / cols) for a tall matrix
+                torch._foreach_add_(params, list(ortho.unbind(0)), alpha=-group["lr"] * math.sqrt(max(1, rows / cols)))
 
-    def momentum_update(self, param: nn.Parameter, group: dict) -> torch.Tensor:
-        """The parameter's momentum buffer moved by its gradient; the update to orthogonalise (Nesterov's)."""
+    def momentum_updates(self, params: list[nn.Parameter], group: dict) -> list[torch.Tensor]:
+        """Each parameter's momentum buffer moved by its gradient; the updates to orthogonalise (Nesterov's)."""
         momentum = group["momentum"]
-        buffer = self.state[param].setdefault("momentum_buffer", torch.zeros_like(param.grad))
-        buffer.lerp_(param.grad, 1 - momentum)
-        return param.grad.lerp(buffer, momentum) if group["nesterov"] else buffer
+        grads = [p.grad for p in params]
+        buffers = [self.state[p].setdefault("momentum_buffer", torch.zeros_like(p.grad)) for p in params]
+        torch._foreach_lerp_(buffers, grads, 1 - momentum)
+        return torch._foreach_lerp(grads, buffers, momentum) if group["nesterov"] else buffers
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> Optimizer:
