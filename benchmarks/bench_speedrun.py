@@ -14,6 +14,7 @@ the compilation counted in the training time as the dashboard counts it.
 
     python -m benchmarks.bench_speedrun [--seeds 1337,1,2] [--rounds 3] [--steps 5] [--device cuda]
                                         [--compile-mode reduce-overhead] [--precisions auto,fp32]
+    python -m benchmarks.bench_speedrun --where [--precisions auto,fp32]   (where each recipe's CPU step goes)
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from tinygpt.records import Callbacks, StepMetrics, TargetReached, read_metrics_
 from tinygpt.run_config import COMPILE_MODES, TrainConfig
 from tinygpt.train import Trainer
 
+from .bench_train import CATEGORIES
 from .common import ROOT, holmes_path, machine, median, random_tokens
 
 SERIES_CSV = ROOT / "docs" / "runs" / "cpu-holmes-1500-fp32.csv"
@@ -114,6 +116,46 @@ def timed_steps(trainer: Trainer, steps: int) -> float:
         trainer._train_step(i + 1)
     dev.synchronize(trainer.device)
     return steps * per_step / (time.perf_counter() - t0)
+
+
+#: Where a recipe's step goes besides bench_train's kinds of work: the optimizer (every op under its step) and the
+#: fused attention kernel (the recipes' attention without dropout on its probabilities)
+STEP_PARTS = {"attention (fused kernel)": ("aten::_scaled_dot_product_flash_attention_for_cpu",
+                                           "aten::_scaled_dot_product_flash_attention_for_cpu_backward"),
+              **CATEGORIES}
+OPTIMIZER_PART = "the optimizer step (Muon's Newton-Schulz, AdamW)"
+
+
+def where_the_time_goes(recipe: str, precision: str, steps: int = 3) -> dict:
+    """A recipe's training step on the CPU at ``precision``, profiled (torch.profiler, each op's self time over
+    ``steps`` steps after one untimed): ms a step, and its share per part (:data:`STEP_PARTS`; everything under the
+    optimizer's step counted as the optimizer's)."""
+    from torch.profiler import profile
+
+    config = TrainConfig.from_dict({"recipe": recipe, **on_device("cpu", None, precision)})
+    tokens, tokenizer = random_tokens(config.model_config().vocab_size, 300_000)
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(config, tmp, tokens=tokens, tokenizer=tokenizer)
+        warm_up(trainer, 1)
+        with profile() as prof:
+            for i in range(steps):
+                trainer._train_step(i + 1)
+    parts = dict.fromkeys([OPTIMIZER_PART, *STEP_PARTS, "everything else"], 0.0)
+    for event in prof.events():
+        parts[step_part(event)] += event.self_cpu_time_total / 1e3 / steps
+    total = sum(parts.values())
+    return {"recipe": recipe, "precision": precision, "ms_per_step": total,
+            "shares": {name: ms / total for name, ms in parts.items()}}
+
+
+def step_part(event: object) -> str:
+    """The part of the step a profiled op belongs to: the optimizer's if any caller is its step, else its kind."""
+    caller = event
+    while caller is not None:
+        if caller.name.startswith("Optimizer.step#"):
+            return OPTIMIZER_PART
+        caller = caller.cpu_parent
+    return next((name for name, ops in STEP_PARTS.items() if event.name in ops), "everything else")
 
 
 class StopAtTarget(Callbacks):
@@ -200,8 +242,13 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--compile-mode", choices=COMPILE_MODES, help="compile both recipes in this mode (default: eager)")
     ap.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated, measured in turn")
+    ap.add_argument("--where", action="store_true", help="only profile both recipes' steps at each precision (CPU)")
     args = ap.parse_args()
     print(machine())
+    if args.where:
+        print(json.dumps([where_the_time_goes(r, p) for p in args.precisions.split(",") for r in ("series", "fast")],
+                         indent=2))
+        return
     seeds = tuple(int(s) for s in args.seeds.split(","))
     print(json.dumps(run(seeds, args.rounds, args.steps, args.device, args.compile_mode,
                      tuple(args.precisions.split(","))), indent=2))
