@@ -75,6 +75,9 @@ def test_fast_on_a_gpu_is_the_series_options_with_cuda_graphs_and_the_given_ones
                                     "compile_mode": "reduce-overhead"}
     given = TrainConfig.from_dict({"recipe": "fast", "device": "cuda", "compile_mode": "default", "steps": 9})
     assert (given.compile, given.compile_mode, given.steps, given.optimizer) == (True, "default", 9, "adamw")
+    # one submission on a CPU and a GPU compares them: the same (the recipe's own) options on both
+    both = RunCreate.model_validate({"recipe": "fast", "device": ["cpu", "cuda"]})
+    assert (both.optimizer, both.n_layers, both.compile) == ("muon", 4, False)
     # the other devices take the CPU's recipe
     for device in ("cpu", "mps", "xla"):
         config = TrainConfig.from_dict({"recipe": "fast", "device": device})

@@ -6,8 +6,8 @@ given; the ones given win. ``series`` is the tiny-GPT series' own recipe: the de
 A recipe knows its device: where what is fastest differs on one kind of device (``fast`` on a CUDA GPU), its
 :class:`Variant` for that kind replaces its options there; the run's ``device`` option says which (``auto``: what
 it picks on the machine that resolves the options, as the run's own device choice does). :data:`TIMES_TO_TARGET`
-holds what each recipe was measured to take to holmes 3.76 (BENCHMARKS.md), and :func:`closest_time` picks the
-record nearest a device, for the form.
+holds what each recipe was measured to take to holmes 3.76 (BENCHMARKS.md), and :func:`closest_times` picks the
+records nearest a device, for the form.
 
 >>> with_recipe({"recipe": "fast", "lr": 0.005, "device": "cpu"})["lr"], with_recipe({"recipe": "fast", "device": "cpu"})["optimizer"]
 (0.005, 'muon')
@@ -56,7 +56,8 @@ RECIPES: dict[str, Recipe] = {
         Recipe("series", "the series' recipe: AdamW, cosine decay, dropout 0.1 on the holmes model (the defaults)"),
         Recipe(
             "fast",
-            "holmes validation loss 3.76 in about 0.31 of the series' time (docs/SPEEDRUN.md): 4 blocks instead "
+            "holmes validation loss 3.76 in 0.28 of the series' time on a 2-core CPU in fp32, 0.39 in bf16 "
+            "(docs/SPEEDRUN.md section 18): 4 blocks instead "
             "of 6, Muon for the blocks' matrices, batch 16, a stable learning rate then a long linear decay to zero "
             "(wsd), normalised queries and keys, dropout on the residual branches only and from half the steps on, "
             "1,008 steps",
@@ -104,6 +105,14 @@ TIMES_TO_TARGET: tuple[TimeToTarget, ...] = (
                  "BENCHMARKS.md, GPU: time to holmes 3.76, eager (2026-12-04)"),
     TimeToTarget("fast", "cuda", "NVIDIA H200", "an NVIDIA H200", True, "bf16", 8.0, 2,
                  "BENCHMARKS.md, GPU: time to holmes 3.76, CUDA graphs (2026-12-04; the series' options)"),
+    TimeToTarget("fast", "cpu", "AMD EPYC", "a 2-core AMD EPYC with AVX512-BF16", True, "bf16", 669.4, 3,
+                 "BENCHMARKS.md, Time to target, precision auto (2026-12-07)"),
+    TimeToTarget("fast", "cpu", "AMD EPYC", "a 2-core AMD EPYC with AVX512-BF16", True, "fp32", 1081.9, 3,
+                 "BENCHMARKS.md, Time to target, precision fp32 (2026-12-07)"),
+    TimeToTarget("series", "cpu", "AMD EPYC", "a 2-core AMD EPYC with AVX512-BF16", True, "bf16", 1705.9, 1,
+                 "BENCHMARKS.md, Time to target, precision auto (2026-12-07; its recorded tokens at its step's rate)"),
+    TimeToTarget("series", "cpu", "AMD EPYC", "a 2-core AMD EPYC with AVX512-BF16", True, "fp32", 3848.5, 1,
+                 "BENCHMARKS.md, Time to target, precision fp32 (2026-12-07; its recorded tokens at its step's rate)"),
 )
 
 
@@ -169,11 +178,19 @@ def device_kind(device: object) -> str:
 
 def with_recipe(options: Mapping[str, object]) -> dict:
     """``options`` over their recipe's values on their device (``options["recipe"]``, else the series'): the ones
-    given win. An unknown recipe adds nothing here; the ``recipe`` option's own check names it."""
+    given win. An unknown recipe adds nothing here; the ``recipe`` option's own check names it. Runs on several
+    devices at once (the API's ``"device": ["cpu", "cuda"]``) take the recipe's own options on every one.
+
+    >>> with_recipe({"recipe": "fast", "device": ["cpu", "cuda"]})["optimizer"]
+    'muon'
+    """
     recipe = RECIPES.get(str(options.get("recipe", DEFAULT_RECIPE)))
     if recipe is None or not (recipe.options or recipe.variants):
         return dict(options)
-    return {**recipe.on(device_kind(options.get("device", "auto"))).options, **options}
+    device = options.get("device", "auto")
+    if isinstance(device, list | tuple):  # one submission on several devices compares them: the same options
+        return {**recipe.options, **options}
+    return {**recipe.on(device_kind(device)).options, **options}
 
 
 def list_recipes() -> list[dict]:
