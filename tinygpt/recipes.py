@@ -99,20 +99,24 @@ class TimeToTarget:
     source: str  # where BENCHMARKS.md has it
 
 
+#: The hardware the times were measured on: kind, model, what the form calls it, whether it computes bf16.
+H200 = {"kind": "cuda", "model": "NVIDIA H200", "hardware": "an NVIDIA H200", "bf16": True}
+EPYC_BF16 = {"kind": "cpu", "model": "AMD EPYC", "hardware": "a 2-core AMD EPYC with AVX512-BF16", "bf16": True}
+
 #: Every recorded time to 3.76 (tests/test_recipes.py holds each to the benchmark's results files).
 TIMES_TO_TARGET: tuple[TimeToTarget, ...] = (
-    TimeToTarget("series", "cuda", "NVIDIA H200", "an NVIDIA H200", True, "bf16", 18.3, 1,
-                 "BENCHMARKS.md, GPU: time to holmes 3.76, eager (2026-12-04)"),
-    TimeToTarget("fast", "cuda", "NVIDIA H200", "an NVIDIA H200", True, "bf16", 8.0, 2,
-                 "BENCHMARKS.md, GPU: time to holmes 3.76, CUDA graphs (2026-12-04; the series' options)"),
-    TimeToTarget("fast", "cpu", "AMD EPYC", "a 2-core AMD EPYC with AVX512-BF16", True, "bf16", 669.4, 3,
-                 "BENCHMARKS.md, Time to target, precision auto (2026-12-07)"),
-    TimeToTarget("fast", "cpu", "AMD EPYC", "a 2-core AMD EPYC with AVX512-BF16", True, "fp32", 1081.9, 3,
-                 "BENCHMARKS.md, Time to target, precision fp32 (2026-12-07)"),
-    TimeToTarget("series", "cpu", "AMD EPYC", "a 2-core AMD EPYC with AVX512-BF16", True, "bf16", 1705.9, 1,
-                 "BENCHMARKS.md, Time to target, precision auto (2026-12-07; its recorded tokens at its step's rate)"),
-    TimeToTarget("series", "cpu", "AMD EPYC", "a 2-core AMD EPYC with AVX512-BF16", True, "fp32", 3848.5, 1,
-                 "BENCHMARKS.md, Time to target, precision fp32 (2026-12-07; its recorded tokens at its step's rate)"),
+    TimeToTarget("series", **H200, precision="bf16", seconds=18.3, seeds=1,
+                 source="BENCHMARKS.md, GPU: time to holmes 3.76, eager (2026-12-04)"),
+    TimeToTarget("fast", **H200, precision="bf16", seconds=8.0, seeds=2,
+                 source="BENCHMARKS.md, GPU: time to holmes 3.76, CUDA graphs (2026-12-04; the series' options)"),
+    TimeToTarget("fast", **EPYC_BF16, precision="bf16", seconds=669.4, seeds=3,
+                 source="BENCHMARKS.md, Time to target, precision auto (2026-12-07)"),
+    TimeToTarget("fast", **EPYC_BF16, precision="fp32", seconds=1081.9, seeds=3,
+                 source="BENCHMARKS.md, Time to target, precision fp32 (2026-12-07)"),
+    TimeToTarget("series", **EPYC_BF16, precision="bf16", seconds=1705.9, seeds=1,
+                 source="BENCHMARKS.md, Time to target, precision auto (2026-12-07; its recorded tokens at its step's rate)"),
+    TimeToTarget("series", **EPYC_BF16, precision="fp32", seconds=3848.5, seeds=1,
+                 source="BENCHMARKS.md, Time to target, precision fp32 (2026-12-07; its recorded tokens at its step's rate)"),
 )
 
 
@@ -152,13 +156,14 @@ def guide(recipe: str, kind: str, model: str = "", bf16: bool = False) -> str:
     'Measured to holmes 3.76: 8 s at bf16 (the slowest of 2 seeds) on an NVIDIA H200.'
     """
     about = RECIPES[recipe].on(kind).description
+    about = about[0].upper() + about[1:]
     times, same = closest_times(recipe, kind, model, bf16)
     if not times:
-        return f"{about[0].upper()}{about[1:]}. No time to holmes 3.76 recorded on a {kind} device yet."
+        return f"{about}. No time to holmes 3.76 recorded on a {kind} device yet."
     measured = ", ".join(f"{duration(t.seconds)} at {t.precision} (the slowest of {t.seeds} seed"
                          f"{'s' if t.seeds != 1 else ''})" for t in times)
     where = times[0].hardware + ("" if same else ", the closest hardware recorded")
-    return f"{about[0].upper()}{about[1:]}. Measured to holmes 3.76: {measured} on {where}."
+    return f"{about}. Measured to holmes 3.76: {measured} on {where}."
 
 
 def device_kind(device: object) -> str:
