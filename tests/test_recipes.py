@@ -253,4 +253,5 @@ def test_the_gpu_checks_trainings_are_runs_tinygpt_train_takes():
     assert len(configs) == len(lines) >= 10
     cpu_fast = configs["cpu-fast-graphs"]
     assert {k: getattr(cpu_fast, k) for k in FAST} == FAST
-    assert (cpu_fast.compile, cpu_fast.compile_mode, cpu_fast.device) == (True, "reduce-overhead", "cuda")
+    assert (cpu_fast.compile, cpu_fast.compile_mode, cpu_fast.compile_optimizer, cpu_fast.device) == (
+        True, "reduce-overhead", True, "cuda")

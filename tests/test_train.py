@@ -208,12 +208,16 @@ def test_resume_refuses_another_model(tmp_path, tiny_config, cache_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
-def test_a_compiled_run_follows_the_eager_one_and_saves_plain_weights(tmp_path, tiny_config, cache_dir, mode):
-    """Each compile mode the option offers trains the same curve as eager PyTorch (on the CPU reduce-overhead runs
-    without CUDA graphs: the path, the per-step graph marks included; tests/test_gpu.py runs the graphs)."""
+@pytest.mark.parametrize("mode, step", [("default", {}), ("reduce-overhead", {}),
+                                        ("reduce-overhead", {"optimizer": "muon", "compile_optimizer": True})],
+                         ids=["default", "reduce-overhead", "reduce-overhead-muon-step-compiled"])
+def test_a_compiled_run_follows_the_eager_one_and_saves_plain_weights(tmp_path, tiny_config, cache_dir, mode, step):
+    """Each compile mode the option offers trains the same curve as eager PyTorch, the optimizer's step compiled
+    too with ``compile_optimizer`` (on the CPU reduce-overhead runs without CUDA graphs: the path, the per-step
+    graph marks included; tests/test_gpu.py runs the graphs)."""
     losses = {}
-    for name, options in {"eager": {}, mode: {"compile": True, "compile_mode": mode}}.items():
+    optimizer = {"optimizer": step.get("optimizer", "adamw")}
+    for name, options in {"eager": optimizer, mode: {"compile": True, "compile_mode": mode, **step}}.items():
         result = train(tiny_config(steps=10, eval_every=5, sample_tokens=0, **options), tmp_path / name,
                        cache_dir=cache_dir)
         assert result.steps_done == 10

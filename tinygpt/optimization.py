@@ -89,7 +89,12 @@ def load_optimizer_state(optimizer: Optimizer, state: dict) -> None:
     if saved != kinds:
         raise ValueError(f"the checkpoint's optimizer state is {' + '.join(saved)}'s but this run "
                          f"uses {' + '.join(kinds)}; cannot resume")
+    held = [group["lr"] for group in optimizer.param_groups]
     optimizer.load_state_dict(state)
+    for group, lr in zip(optimizer.param_groups, held, strict=True):
+        if isinstance(lr, torch.Tensor):  # the tensor a compiled step reads stays the one, at the saved rate
+            lr.fill_(float(group["lr"]))
+            group["lr"] = lr
 
 
 Optimizer = torch.optim.Optimizer | OptimizerSet
@@ -107,16 +112,28 @@ def hidden_matrices(model: nn.Module) -> Iterator[nn.Parameter]:
             yield param
 
 
+def peak_lr(value: float, config: TrainConfig, device: torch.device) -> float | torch.Tensor:
+    """A learning rate as the optimizer holds it: a float, or with ``compile_optimizer`` a 0-dim tensor on the
+    device, which :func:`set_lr` changes in place, so that the schedule neither recompiles the compiled step
+    nor goes stale in a captured CUDA graph."""
+    return torch.tensor(value, device=device) if compiled_step(config) else value
+
+
+def compiled_step(config: TrainConfig) -> bool:
+    """Whether the run's optimizer step runs compiled (``compile`` and ``compile_optimizer``)."""
+    return config.compile and config.compile_optimizer
+
+
 def adamw(params: list[nn.Parameter], config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
     """AdamW with weight decay on 2-D weights (matrices, embeddings) only."""
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    # fused on CUDA; elsewhere the multi-tensor (foreach) version: the CPU's fused AdamW measured
-    # within noise of foreach on a holmes step here. (Either imports torch._dynamo on first use,
-    # 1.5-2.5 s: see ``tinygpt.train.warm_up``.)
-    extra = {"fused": True} if device.type == "cuda" else {"foreach": True}
-    return torch.optim.AdamW(groups, lr=config.lr, betas=ADAMW_BETAS, **extra)
+    # fused on CUDA, and wherever the learning rate is a tensor (foreach refuses one); elsewhere the
+    # multi-tensor (foreach) version: the CPU's fused AdamW measured within noise of foreach on a holmes step
+    # here. (Either imports torch._dynamo on first use, 1.5-2.5 s: see ``tinygpt.train.warm_up``.)
+    extra = {"fused": True} if device.type == "cuda" or compiled_step(config) else {"foreach": True}
+    return torch.optim.AdamW(groups, lr=peak_lr(config.lr, config, device), betas=ADAMW_BETAS, **extra)
 
 
 def newton_schulz(g: torch.Tensor, coefficients: tuple[float, float, float], steps: int, eps: float,
@@ -166,10 +183,12 @@ class Muon(torch.optim.Muon):
                 stacked = torch.stack([updates[i] for i in members])  # (B, rows, cols)
                 ortho = newton_schulz(stacked, group["ns_coefficients"], group["ns_steps"], group["eps"],
                                       self.ns_dtype)
-                params = [live[i] for i in members]
-                torch._foreach_mul_(params, 1 - group["lr"] * group["weight_decay"])
+                params, lr = [live[i] for i in members], group["lr"]  # lr: a float or a 0-dim tensor
+                if group["weight_decay"]:
+                    torch._foreach_mul_(params, 1 - lr * group["weight_decay"])
                 # torch's "original" scale: sqrt(rows / cols) for a tall matrix
-                torch._foreach_add_(params, list(ortho.unbind(0)), alpha=-group["lr"] * math.sqrt(max(1, rows / cols)))
+                ortho.mul_(-lr * math.sqrt(max(1, rows / cols)))
+                torch._foreach_add_(params, list(ortho.unbind(0)))
 
     def momentum_updates(self, params: list[nn.Parameter], group: dict) -> list[torch.Tensor]:
         """Each parameter's momentum buffer moved by its gradient; the updates to orthogonalise (Nesterov's)."""
@@ -190,7 +209,7 @@ def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) 
     matrices = list(hidden_matrices(model))
     chosen = {id(p) for p in matrices}
     fast_bf16 = dev.resolve_precision("auto", device) == "bf16"  # the device's own units (tinygpt.device)
-    muon = Muon(matrices, lr=config.muon_lr, momentum=config.muon_momentum,
+    muon = Muon(matrices, lr=peak_lr(config.muon_lr, config, device), momentum=config.muon_momentum,
                 weight_decay=config.muon_weight_decay,
                 ns_dtype=torch.bfloat16 if fast_bf16 else torch.float32)
     return OptimizerSet(muon, adamw([p for p in params if id(p) not in chosen], config, device))
@@ -203,4 +222,14 @@ def set_lr(optimizer: Optimizer, step: int, config: TrainConfig) -> None:
     for opt in parts(optimizer):
         peak = config.muon_lr if isinstance(opt, torch.optim.Muon) else config.lr
         for group in opt.param_groups:
-            group["lr"] = peak * factor
+            if isinstance(group["lr"], torch.Tensor):  # compile_optimizer: the tensor the compiled step reads
+                group["lr"].fill_(peak * factor)
+            else:
+                group["lr"] = peak * factor
+
+
+def compile_step(optimizer: Optimizer, mode: str) -> None:
+    """Run ``optimizer``'s step through ``torch.compile`` in ``mode`` (the model's own): its foreach ops fused,
+    and with ``reduce-overhead`` on a GPU replayed as a CUDA graph like the forward and backward passes.
+    The learning rates must be tensors (:func:`peak_lr`), else each change of the schedule recompiles."""
+    optimizer.step = torch.compile(optimizer.step, mode=None if mode == "default" else mode)  # type: ignore[method-assign]

@@ -86,6 +86,10 @@ class TrainConfig:
     compile_mode: str = option("default", "torch.compile's mode (compile on): reduce-overhead records CUDA graphs, "
                                "for small batches on a GPU whose step waits on kernel launches", "data and device",
                                choices=COMPILE_MODES, advanced=True, applies_with=("compile", True))
+    compile_optimizer: bool = option(False, "compile the optimizer's step as well (compile on; learning rates held "
+                                     "as tensors so the schedule recompiles nothing): with reduce-overhead it "
+                                     "joins the step's CUDA graphs", "data and device", advanced=True,
+                                     applies_with=("compile", True))
     grad_checkpointing: bool = option(False, "recompute activations in the backward pass (less memory)",
                                       "data and device", advanced=True)
     # optimisation

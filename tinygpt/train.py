@@ -49,7 +49,16 @@ from .data import Splits, encode_corpus, get_batch
 from .distributed import rank_device
 from .inside import head_scores
 from .model import GPT
-from .optimization import Optimizer, load_optimizer_state, lr_at, make_optimizer, parts, set_lr
+from .optimization import (
+    Optimizer,
+    compile_step,
+    compiled_step,
+    load_optimizer_state,
+    lr_at,
+    make_optimizer,
+    parts,
+    set_lr,
+)
 from .ranks import DistInfo
 from .records import HEAD_SCORES_FILE, Callbacks, MetricsCsv, Sample, StepMetrics, append_head_scores
 from .run_config import TrainConfig
@@ -350,6 +359,8 @@ class Trainer:
             ids = [self.device.index] if self.device.type == "cuda" else None
             trained = DistributedDataParallel(self.model, device_ids=ids, broadcast_buffers=False)
         self.forward_model = compile_model(trained, config.compile_mode) if config.compile else trained
+        if compiled_step(config):
+            compile_step(self.optimizer, config.compile_mode)
         self.eval_model = self.model if self.dist.enabled else self.forward_model  # rank 0 alone: no collectives
         self.csv = MetricsCsv(self.out_dir / "metrics.csv", self.state.step if self.resumed else None) \
             if self.dist.is_main else None
