@@ -144,3 +144,36 @@ def test_the_cuda_graph_time_to_target_reads_its_range_and_the_speed_up_over_eag
     assert "neither run ended within its part's limit of 165 and 225 s" in text
     assert "reached 3.76 at step 1,120 (9.18M tokens; whole split 3.7550, 3.7543) in **7-8 s** of training" in text
     assert "about 2.4x sooner than eager" in text and "38/37 s of training at step 960 against eager's 23 s" in text
+
+
+def gpu_run(seed: int, step: int | None, seconds: float | None) -> dict:
+    reached = step is not None
+    return {"seed": seed, "steps": 1008, "reached": reached, "best_val_loss": 3.75, "step": step,
+            "tokens": step and step * 4096, "train_sec": seconds, "val_loss_full": 3.7512 if reached else None}
+
+
+@pytest.mark.parametrize("fast_sec, verdict", [
+    (9.0, "The fast recipe: **0.50** of the series' eager time (the slowest fast seed: 9.0 s against 18.0 s); goal"
+          " at most 0.5: **met**."),
+    (9.5, "The fast recipe: **0.53** of the series' eager time (the slowest fast seed: 9.5 s against 18.0 s); goal"
+          " at most 0.5: **not met**."),
+])
+def test_the_gpu_speedrun_by_precision_is_held_to_half_the_series_eager_time(fast_sec, verdict):
+    """scripts/gpu_check.sh's speedrun part (the benchmark's JSON by precision) on the page: each run a row, the
+    slowest fast seed against the series' eager time."""
+    at = {"precision": "auto", "resolved_precision": "bf16", "series_run": gpu_run(1337, 1120, 18.0),
+          "fast_runs": [gpu_run(1337, 1120, fast_sec)], "series_tokens_per_sec": 510_000.0,
+          "fast_step_tokens_per_sec": 1_900_000.0, "series_sec_to_target": 18.0, "fast_slowest_sec": fast_sec,
+          "fast_over_series": fast_sec / 18.0}
+    missed = {**at, "precision": "fp32", "resolved_precision": "fp32", "fast_runs": [gpu_run(1337, None, None)],
+              "fast_slowest_sec": None, "fast_over_series": None}
+    sp = {"target": 3.76, "device": "cuda", "compile_mode": None, "threads": 16,
+          "fast_options": {"compile": True, "compile_mode": "reduce-overhead"}, "precisions": [at, missed]}
+    lines = run.gpu_speedrun_section(sp)
+    assert lines[0] == "### Time to holmes 3.76 on the GPU: both recipes trained to it, by precision"
+    assert "The fast recipe as it is on this device: compile True, compile_mode reduce-overhead." in lines[2]
+    assert "| series (eager), 1337 | 1120 | 4.59M | 18.0 s | 3.7512 | 510,000 |" in lines
+    assert verdict in lines
+    assert "| fast, 1337 | not in 1008 steps | | | | 1,900,000 |" in lines
+    assert "The fast recipe: not measured: a run did not reach the target." in lines
+    assert lines.index("Precision auto (bf16):") < lines.index("Precision fp32:")
