@@ -317,10 +317,7 @@ def gpu_speedrun_section(sp: dict) -> list[str]:
         "| recipe, seed | reached at step | tokens | training time | whole-split val loss | step tokens/s |",
         "|---|---|---|---|---|---|",
     ]
-    for name, r, rate in runs:
-        lines.append(f"| {name}, {r['seed']} | {r['step']} | {r['tokens'] / 1e6:.2f}M | {r['train_sec']:.1f} s |"
-                     f" {r['val_loss_full']:.4f} | {rate:,.0f} |" if r["reached"] else
-                     f"| {name}, {r['seed']} | not in {r['steps']} steps | | | | {rate:,.0f} |")
+    lines += [gpu_run_row(name, r, rate) for name, r, rate in runs]
     series, fast = sp["series_run"], max(sp["fast_runs"], key=lambda r: r["train_sec"] or 0)
     if series["reached"] and fast["reached"]:
         ms = {name: 1e3 * r["tokens"] / r["step"] / rate for name, r, rate in runs[:2]}  # a step, at its batch
@@ -338,6 +335,14 @@ def gpu_speedrun_section(sp: dict) -> list[str]:
     return lines
 
 
+def gpu_run_row(name: str, r: dict, rate: float) -> str:
+    """One GPU run to the target as a table row: where it reached it, or that it did not."""
+    if not r["reached"]:
+        return f"| {name}, {r['seed']} | not in {r['steps']} steps | | | | {rate:,.0f} |"
+    return (f"| {name}, {r['seed']} | {r['step']} | {r['tokens'] / 1e6:.2f}M | {r['train_sec']:.1f} s |"
+            f" {r['val_loss_full']:.4f} | {rate:,.0f} |")
+
+
 def gpu_speedrun_by_precision(sp: dict) -> list[str]:
     """``bench_speedrun --device cuda`` (scripts/gpu_check.sh's speedrun part): at each precision the series
     trained eager and the fast recipe as it is on this device (its CUDA variant), held to the GPU goal."""
@@ -350,11 +355,8 @@ def gpu_speedrun_by_precision(sp: dict) -> list[str]:
         lines += [f"Precision {precision_name(at)}:", "",
                   "| recipe, seed | reached at step | tokens | training time | whole-split val loss | step tokens/s |",
                   "|---|---|---|---|---|---|"]
-        for name, r, rate in [("series (eager)", series, at["series_tokens_per_sec"])] + [
-                ("fast", r, at["fast_step_tokens_per_sec"]) for r in runs]:
-            lines.append(f"| {name}, {r['seed']} | {r['step']} | {r['tokens'] / 1e6:.2f}M | {r['train_sec']:.1f} s |"
-                         f" {r['val_loss_full']:.4f} | {rate:,.0f} |" if r["reached"] else
-                         f"| {name}, {r['seed']} | not in {r['steps']} steps | | | | {rate:,.0f} |")
+        lines.append(gpu_run_row("series (eager)", series, at["series_tokens_per_sec"]))
+        lines += [gpu_run_row("fast", r, at["fast_step_tokens_per_sec"]) for r in runs]
         ratio = at["fast_over_series"]
         verdict = ("not measured: a run did not reach the target" if ratio is None else
                    f"**{ratio:.2f}** of the series' eager time (the slowest fast seed: {at['fast_slowest_sec']:.1f} s"
