@@ -129,3 +129,24 @@ def test_late_dropout_trains_its_first_steps_as_a_run_without_dropout(tmp_path, 
     assert len(late) == 8
     assert late[:4] == never[:4] and late[4] != never[4]
     assert always[0] != never[0]
+
+
+def test_causal_attention_in_bf16_on_the_cpu_is_written_out_and_is_the_kernels_attention(monkeypatch):
+    """In bf16 the CPU's fused kernel is passed over (docs/SPEEDRUN.md section 20); the written-out form gives its
+    output and gradients to bf16's resolution."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 2, 4, 32, 16).unbind(0)  # (B=2, heads=4, T=32, head_dim=16) each
+    inputs = [t.bfloat16().requires_grad_() for t in (q, k, v)]
+    reference = [t.clone().requires_grad_() for t in (q, k, v)]
+    expected = F.scaled_dot_product_attention(*reference, is_causal=True)
+    expected.square().sum().backward()
+    kernel = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **kw: pytest.fail("the fused kernel was called"))
+    got = causal_attention(*inputs, 0.0)
+    got.square().sum().backward()
+    assert got.dtype == torch.bfloat16
+    assert (got.float() - expected).abs().max().item() < 2e-2  # measured 0.009
+    for mine, theirs in zip(inputs, reference, strict=True):
+        assert (mine.grad.float() - theirs.grad).abs().max().item() < 0.03 * theirs.grad.abs().max().item()  # measured 0.004-0.010
+    monkeypatch.setattr(F, "scaled_dot_product_attention", kernel)
+    assert torch.equal(causal_attention(q, k, v, 0.0), kernel(q, k, v, is_causal=True))  # fp32 keeps the kernel

@@ -11,6 +11,10 @@ mask has ``x``'s dtype, so under bf16 autocast the kept scale is bf16's nearest 
 
 GPUs and compiled graphs keep ``F.dropout``: their masks are already fused and cheap (Philox on CUDA).
 The mask uses the default CPU generator, so ``torch.manual_seed`` (the run's seed) decides it as before.
+
+Attention in bf16 on a CPU is written out too (:func:`causal_attention`): PyTorch's fused CPU kernel runs no faster
+in bf16 than in fp32, while the two products of the written-out form go to the bf16 units (docs/SPEEDRUN.md
+section 20: the fast recipe's bf16 step 1.11x).
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ class Dropout(nn.Dropout):
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> torch.Tensor:
     """Causal self-attention with dropout on its probabilities (training); ``F.scaled_dot_product_attention``
-    wherever it takes the dropout itself.
+    wherever it is the faster way (:func:`written_out`).
 
     With ``dropout_p > 0`` PyTorch's CPU attention falls back to its math path (the whole (T, T) matrix,
     masks from ``bernoulli_``); this composes the same math with :func:`keep_mask`'s masks. Shapes:
@@ -79,20 +83,35 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_
     >>> torch.allclose(causal_attention(q, k, v, 0.0), F.scaled_dot_product_attention(q, k, v, is_causal=True))
     True
     """
-    if dropout_p == 0.0 or not cheap_masks_apply(q):
+    if not written_out(q, dropout_p):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
     return dropout(causal_probs(q, k), dropout_p, training=True) @ v  # (B, heads, T, head_dim)
 
 
+def written_out(q: torch.Tensor, dropout_p: float) -> bool:
+    """Whether :func:`causal_attention` writes the attention out (:func:`causal_probs`, then the product with the
+    values) rather than calling PyTorch's kernel: on a CPU outside ``torch.compile``, with dropout on the
+    probabilities (the kernel would take its math path, with dearer masks) or in bf16 (the fused kernel leaves the
+    bf16 units idle: the fast recipe's step 1.11x, docs/SPEEDRUN.md section 20).
+
+    >>> written_out(torch.ones(1), 0.0), written_out(torch.ones(1), 0.1), written_out(torch.ones(1).bfloat16(), 0.0)
+    (False, True, True)
+    """
+    return cheap_masks_apply(q) and (dropout_p > 0.0 or q.dtype == torch.bfloat16)
+
+
 def causal_probs(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Causal attention's probabilities, each query over the keys up to itself: q, k (B, heads, T, head_dim) ->
-    (B, heads, T, T), rows summing to 1, zero above the diagonal (what ``tinygpt.inside`` shows).
+    (B, heads, T, T), rows summing to 1, zero above the diagonal (what ``tinygpt.inside`` shows). The causal mask
+    and the 1/sqrt(head_dim) scale go into the product's own pass (``baddbmm``), and the backward pass needs no mask:
+    the softmax's gradient is already zero where its probability is.
 
     >>> q, k = torch.randn(2, 1, 2, 3, 4).unbind(0)
     >>> p = causal_probs(q, k); bool(p.sum(-1).allclose(torch.ones(1, 2, 3))), float(p.triu(1).abs().sum())
     (True, 0.0)
     """
-    T = q.shape[-2]
-    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # (B, heads, T, T); scaling q is the smaller pass
-    future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)  # (T, T): keys after the query
-    return scores.masked_fill(future, float("-inf")).softmax(dim=-1)  # (B, heads, T, T)
+    B, heads, T, head_dim = q.shape
+    future = torch.full((T, T), float("-inf"), dtype=q.dtype, device=q.device).triu(1)  # (T, T): -inf after the query
+    scores = torch.baddbmm(future, q.reshape(B * heads, T, head_dim), k.reshape(B * heads, T, head_dim).mT,
+                           alpha=head_dim**-0.5)  # (B * heads, T, T)
+    return scores.view(B, heads, T, T).softmax(dim=-1)  # (B, heads, T, T)
