@@ -185,7 +185,7 @@ def precision_name(at: dict) -> str:
 def speedrun_precision_lines(at: dict) -> list[str]:
     """One precision's table: the series' time from its record, each fast seed's, the ratio against the goals."""
     lines = [
-        f"### Precision {precision_name(at)}",
+        f"### Precision {precision_name(at)}" + (f" ({at['date']})" if "date" in at else ""),
         "",
         f"The series: its recorded {at['series_tokens_to_target'] / 1e6:.2f}M tokens to the target"
         f" ({at['series_record']}, interpolated between its evaluations) at its step's"
@@ -788,6 +788,21 @@ def measure(name: str) -> dict:
     return result
 
 
+def merged_speedrun(kept: dict, measured: dict) -> dict:
+    """A speedrun record from ``measured`` (``--speedrun-precisions``: some precisions) and the precisions ``kept``
+    has that it did not measure, each precision dated by the run that measured it.
+
+    >>> old = {"date": "2026-12-01", "precisions": [{"precision": "auto"}, {"precision": "fp32"}]}
+    >>> new = {"date": "2026-12-07", "precisions": [{"precision": "auto", "fast_over_series": 0.3}]}
+    >>> merged_speedrun(old, new)["precisions"]
+    [{'precision': 'auto', 'fast_over_series': 0.3, 'date': '2026-12-07'}, {'precision': 'fp32', 'date': '2026-12-01'}]
+    """
+    fresh = {at["precision"]: {**at, "date": measured["date"]} for at in measured["precisions"]}
+    older = {at["precision"]: {**at, "date": at.get("date", kept.get("date"))} for at in kept.get("precisions", [])}
+    order = [*bench_speedrun.PRECISIONS, *fresh, *older]
+    return {**measured, "precisions": [fresh.get(p) or older[p] for p in dict.fromkeys(order) if p in fresh or p in older]}
+
+
 def record_cpu_bf16(out: Path, suites: list[str]) -> None:
     """``--cpu-bf16``: suites (train, speedrun) on this CPU with bf16 units, kept apart from results.json (another
     machine's) and merged with this machine's earlier ones, then the page rewritten from both."""
@@ -800,9 +815,12 @@ def record_cpu_bf16(out: Path, suites: list[str]) -> None:
     record = kept if (kept.get("machine"), kept.get("cpu")) == (m, cpu) else {}
     for name in set(CPU_BF16_SUITES) & set(record):  # kept from before suites were dated: the file's date is theirs
         record[name].setdefault("date", record["date"])
+    kept_speedrun = record.get("speedrun", {})
     print(f"{m}\nCPU flags: {cpu}", flush=True)
     for name in suites:
         record[name] = measure(name)
+        if name == "speedrun" and kept_speedrun:
+            record[name] = merged_speedrun(kept_speedrun, record[name])
     record.update(machine=m, cpu=cpu, date=datetime.date.today().isoformat())
     CPU_BF16_RESULTS.write_text(json.dumps(record, indent=2) + "\n")
     saved = json.loads(RESULTS.read_text())
@@ -817,11 +835,15 @@ def main() -> None:
     ap.add_argument("--render-only", action="store_true", help="rewrite the page from results.json, measuring nothing")
     ap.add_argument("--speedrun-seeds", default="1337,1,2", help="the fast recipe's seeds in the speedrun suite "
                     "(each trains to the target: about 20 minutes of a 2-core CPU)")
+    ap.add_argument("--speedrun-precisions", default=",".join(bench_speedrun.PRECISIONS),
+                    help="the speedrun suite's precisions, measured in turn; with --cpu-bf16 the others recorded before"
+                    " are kept, each dated")
     ap.add_argument("--cpu-bf16", action="store_true", help="on a CPU with bf16 units, other than the page's machine:"
                     f" measure the train (or with --only, the speedrun) suite into {CPU_BF16_RESULTS.relative_to(ROOT)} and keep"
                     " the page's other figures")
     args = ap.parse_args()
-    SUITES["speedrun"] = functools.partial(bench_speedrun.run, seeds=tuple(int(s) for s in args.speedrun_seeds.split(",")))
+    SUITES["speedrun"] = functools.partial(bench_speedrun.run, seeds=tuple(int(s) for s in args.speedrun_seeds.split(",")),
+                                           precisions=tuple(args.speedrun_precisions.split(",")))
     if args.cpu_bf16:
         record_cpu_bf16(args.out, (args.only or "train").split(","))
         return

@@ -177,3 +177,22 @@ def test_the_gpu_speedrun_by_precision_is_held_to_half_the_series_eager_time(fas
     assert "| fast, 1337 | not in 1008 steps | | | | 1,900,000 |" in lines
     assert "The fast recipe: not measured: a run did not reach the target." in lines
     assert lines.index("Precision auto (bf16):") < lines.index("Precision fp32:")
+
+
+def test_a_speedrun_of_one_precision_keeps_the_others_recorded_each_with_its_date(tmp_path, monkeypatch):
+    """``--speedrun-precisions auto --cpu-bf16``: the new auto figures replace the old, fp32's stay, dated as before."""
+    kept = tmp_path / "cpu_bf16_results.json"
+    old = {**speedrun_results(1000.0, 1000.0, 1000.0, auto=(700.0, 700.0, 700.0)), "date": "2026-12-01"}
+    kept.write_text(json.dumps({"machine": run.machine(), "cpu": run.cpu_summary(), "date": "2026-12-01",
+                                "speedrun": old}))
+    monkeypatch.setattr(run, "CPU_BF16_RESULTS", kept)
+    monkeypatch.setattr(run, "cpu_has_bf16", lambda: True)
+    only_auto = speedrun_results(1.0, auto=(600.0, 650.0, 640.0))
+    only_auto["precisions"] = only_auto["precisions"][:1]
+    monkeypatch.setitem(run.SUITES, "speedrun", lambda: only_auto)
+    run.record_cpu_bf16(tmp_path / "BENCHMARKS.md", ["speedrun"])
+    record, today = json.loads(kept.read_text()), datetime.date.today().isoformat()
+    assert [(at["precision"], at["fast_slowest_sec"], at["date"]) for at in record["speedrun"]["precisions"]] == \
+        [("auto", 650.0, today), ("fp32", 1000.0, "2026-12-01")]
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    assert f"### Precision auto (bf16) ({today})" in text and "### Precision fp32 (2026-12-01)" in text
