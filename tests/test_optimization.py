@@ -60,6 +60,7 @@ def test_wsd_decay_fraction_and_a_warmup_longer_than_the_stable_part():
     ("decay_fraction", 0, "decay_fraction must be in (0, 1], got 0.0"),
     ("muon_momentum", 1, "muon_momentum must be in [0, 1), got 1.0"),
     ("muon_weight_decay", 1.5, "muon_weight_decay must be in [0, 1], got 1.5"),
+    ("muon_ns_steps", 0, "muon_ns_steps must be in [1, 20], got 0"),
 ])
 def test_bad_values_are_refused_naming_the_option(name, value, message):
     with pytest.raises(ValueError) as info:
@@ -70,6 +71,21 @@ def test_bad_values_are_refused_naming_the_option(name, value, message):
 def tiny_model() -> GPT:
     torch.manual_seed(0)
     return GPT(model_config("tiny", "series", vocab_size=64, context=8))
+
+
+def test_muon_ns_steps_is_the_number_of_newton_schulz_iterations(monkeypatch):
+    from tinygpt import optimization
+
+    seen = []
+    real = optimization.newton_schulz
+    monkeypatch.setattr(optimization, "newton_schulz", lambda *a: seen.append(a[2]) or real(*a))
+    model = tiny_model()
+    for steps in (5, 3):
+        optimizer = make_optimizer(model, TrainConfig(optimizer="muon", muon_ns_steps=steps), torch.device("cpu"))
+        for p in model.parameters():
+            p.grad = torch.ones_like(p)
+        optimizer.step()
+    assert set(seen[:4]) == {5} and set(seen[4:]) == {3} and len(seen) == 8  # 4 shapes a step
 
 
 def test_muon_takes_the_blocks_matrices_and_adamw_the_rest():
@@ -259,8 +275,9 @@ def test_a_muon_run_with_wsd_learns(tmp_path, tiny_config, cache_dir):
     assert lrs[30] == pytest.approx(2.5e-4)
 
 
+@pytest.mark.parametrize("ns_steps", [5, 3])
 @pytest.mark.parametrize("ns_dtype, tolerance", [(torch.float32, 1e-6), (torch.bfloat16, 1e-2)], ids=["fp32", "bf16"])
-def test_the_batched_step_is_the_per_matrix_update(ns_dtype, tolerance):
+def test_the_batched_step_is_the_per_matrix_update(ns_dtype, tolerance, ns_steps):
     """Matrices of one shape orthogonalised as a stack give each the update it gets alone (the per-matrix
     reference: :func:`newton_schulz` on that matrix), for wide, tall and square shapes together; in bf16 the
     per-matrix reference is torch's own Muon."""
@@ -268,11 +285,12 @@ def test_the_batched_step_is_the_per_matrix_update(ns_dtype, tolerance):
     make = [torch.Generator().manual_seed(i) for i in range(len(shapes))]
     weights = [torch.nn.Parameter(torch.randn(*s, generator=g)) for s, g in zip(shapes, make, strict=True)]
     alone = [torch.nn.Parameter(w.detach().clone()) for w in weights]
-    batched = Muon(weights, ns_dtype=ns_dtype, lr=0.02, momentum=0.95, weight_decay=0.1)
+    options = {"lr": 0.02, "momentum": 0.95, "weight_decay": 0.1, "ns_steps": ns_steps}
+    batched = Muon(weights, ns_dtype=ns_dtype, **options)
     if ns_dtype == torch.bfloat16:
-        singles = [torch.optim.Muon([w], lr=0.02, momentum=0.95, weight_decay=0.1) for w in alone]
+        singles = [torch.optim.Muon([w], **options) for w in alone]
     else:
-        singles = [Muon([w], ns_dtype=ns_dtype, lr=0.02, momentum=0.95, weight_decay=0.1) for w in alone]
+        singles = [Muon([w], ns_dtype=ns_dtype, **options) for w in alone]
     start = [w.detach().clone() for w in weights]
     for step in range(3):
         for i, (w, v) in enumerate(zip(weights, alone, strict=True)):

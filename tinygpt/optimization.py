@@ -210,7 +210,7 @@ def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) 
     chosen = {id(p) for p in matrices}
     fast_bf16 = dev.resolve_precision("auto", device) == "bf16"  # the device's own units (tinygpt.device)
     muon = Muon(matrices, lr=peak_lr(config.muon_lr, config, device), momentum=config.muon_momentum,
-                weight_decay=config.muon_weight_decay,
+                weight_decay=config.muon_weight_decay, ns_steps=config.muon_ns_steps,
                 ns_dtype=torch.bfloat16 if fast_bf16 else torch.float32)
     return OptimizerSet(muon, adamw([p for p in params if id(p) not in chosen], config, device))
 

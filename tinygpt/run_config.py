@@ -101,6 +101,8 @@ class TrainConfig:
                             advanced=True, applies_with=("optimizer", "muon"))
     muon_momentum: float = option(0.95, "Muon's momentum (optimizer muon)", "optimisation", ge=0, lt=1,
                                   advanced=True, applies_with=("optimizer", "muon"))
+    muon_ns_steps: int = option(5, "Muon's Newton-Schulz iterations, which orthogonalise each update (optimizer muon)",
+                                "optimisation", ge=1, le=20, advanced=True, applies_with=("optimizer", "muon"))
     muon_weight_decay: float = option(0.0, "Muon's decoupled weight decay on the blocks' matrices (optimizer muon; "
                                       "each step multiplies them by 1 - lr x decay)", "optimisation", ge=0, le=1,
                                       advanced=True, applies_with=("optimizer", "muon"))
