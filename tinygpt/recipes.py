@@ -62,7 +62,7 @@ RECIPES: dict[str, Recipe] = {
             "(wsd), normalised queries and keys, dropout on the residual branches only and from half the steps on, "
             "1,008 steps",
             {**FAST_BASE, "batch_size": 16, "steps": 1008, "min_lr_ratio": 0.0, "dropout_start": 0.5,
-             "eval_every": 48, "mlp": "relu2", "muon_ns_steps": 3},
+             "eval_every": 48},
             {"cuda": Variant(
                 "on a CUDA GPU: the series' own options with CUDA graphs (compile, reduce-overhead), the fastest way "
                 "to holmes 3.76 measured on a GPU (docs/SPEEDRUN.md sections 14 and 18): the CPU's fast recipe is "
