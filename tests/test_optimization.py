@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from tinygpt import optimization
 from tinygpt.device import cpu_has_bf16, resolve_precision
 from tinygpt.model import GPT
 from tinygpt.optimization import (
@@ -74,8 +75,6 @@ def tiny_model() -> GPT:
 
 
 def test_muon_ns_steps_is_the_number_of_newton_schulz_iterations(monkeypatch):
-    from tinygpt import optimization
-
     seen = []
     real = optimization.newton_schulz
     monkeypatch.setattr(optimization, "newton_schulz", lambda *a: seen.append(a[2]) or real(*a))
